@@ -1,0 +1,25 @@
+"""specdec: tree-based speculative decoding for Hugging Face causal LMs."""
+
+from . import ops
+from .cache import TreeCache
+from .generate import GenerateOutput, SpeculativeGenerator, Stats
+from .suppliers import ARSupplier, DraftSupplier, PromptLookupSupplier, Supplier
+from .tree import TreeBatch
+from .verify import Acceptance, TreeVerifier
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ops",
+    "TreeBatch",
+    "TreeCache",
+    "TreeVerifier",
+    "Acceptance",
+    "SpeculativeGenerator",
+    "GenerateOutput",
+    "Stats",
+    "Supplier",
+    "ARSupplier",
+    "DraftSupplier",
+    "PromptLookupSupplier",
+]

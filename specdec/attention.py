@@ -1,0 +1,132 @@
+"""The Hugging Face attention hook and the tree forward every model (target, draft, scorer) goes through.
+
+`install(model)` switches the model to a registered attention function ``specdec_<original>`` (for
+example ``specdec_sdpa``) through transformers' public `AttentionInterface` and `set_attn_implementation`;
+no modeling file is forked and no attribute is set on the model by hand. The function looks for one
+keyword argument, ``specdec_tree`` (a `TreeAttentionMetadata`), that only `tree_forward` passes. Without
+it, it calls the original implementation with the original mask function, so every other call of the
+model (``model(...)``, ``model.generate(...)``) computes exactly what it did before (tested).
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from transformers import AttentionInterface, PreTrainedModel
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from . import ops
+from .cache import TreeCache
+from .tree import prefill_mask
+
+__all__ = ["TreeAttentionMetadata", "install", "tree_forward", "prefill", "PREFIX"]
+
+PREFIX = "specdec_"
+
+
+@dataclass(frozen=True)
+class TreeAttentionMetadata:
+    """What a tree forward's attention needs beyond q/k/v (see `ops.tree_attention`).
+
+    start, length: [B] int64 from the cache; tree_mask: [B, T, W] int32 ancestor bitmask over the tree
+    region; backend: the `ops.tree_attention` backend.
+    """
+
+    start: Tensor
+    length: Tensor
+    tree_mask: Tensor
+    backend: str = "auto"
+
+
+def _original(module: torch.nn.Module) -> str:
+    return module.config._attn_implementation[len(PREFIX):]
+
+
+def _specdec_attention(
+    module: torch.nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    specdec_tree: TreeAttentionMetadata | None = None,
+    **kwargs,
+) -> tuple[Tensor, None]:
+    if specdec_tree is None:
+        name = _original(module)
+        if name == "eager":  # eager is not in the registry: each modeling file carries its own
+            original = sys.modules[type(module).__module__].eager_attention_forward
+        else:
+            original = ALL_ATTENTION_FUNCTIONS[name]
+        return original(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+    out = ops.tree_attention(query, key, value, specdec_tree.start, specdec_tree.length, specdec_tree.tree_mask,
+                             scale=scaling, backend=specdec_tree.backend)
+    return out.transpose(1, 2), None  # [B, T, Hq, D], as attention functions return
+
+
+def install(model: PreTrainedModel) -> None:
+    """Route `model`'s attention through specdec's hook (idempotent). Inert outside tree forwards."""
+    current = model.config._attn_implementation
+    if current.startswith(PREFIX):
+        return
+    if current != "eager" and current not in ALL_ATTENTION_FUNCTIONS:
+        raise ValueError(f"model: attention implementation {current!r} is not one specdec can wrap "
+                         "(sdpa, eager and the registered AttentionInterface functions are)")
+    name = PREFIX + current
+    AttentionInterface.register(name, _specdec_attention)
+    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[current])
+    model.set_attn_implementation(name)
+    if model.config._attn_implementation != name:
+        raise ValueError(f"model: {type(model).__name__} does not accept a custom attention function "
+                         "(it does not use transformers' AttentionInterface)")
+
+
+def _cache_keyword(model: PreTrainedModel) -> str:
+    # transformers renamed `past_key_values` to `cache` in 5.24; 5.17 silently swallows an unknown `cache=`.
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def tree_forward(
+    model: PreTrainedModel,
+    cache: TreeCache,
+    tokens: Tensor,
+    positions: Tensor,
+    tree_mask: Tensor,
+    *,
+    backend: str = "auto",
+    logits_to_keep: int = 0,
+) -> Tensor:
+    """One forward of `model` over T new nodes per row, their K/V written to the cache's tree region.
+
+    tokens, positions: [B, T] int64; tree_mask: [B, T, W] int32 over the tree region (the new nodes'
+    own slots start at ``cache.tree_len``). Checks capacity before anything is written. Returns logits
+    [B, T, V] (or the last `logits_to_keep` nodes').
+    """
+    B, T = tokens.shape
+    if B != cache.batch_size:
+        raise ValueError(f"tokens: batch of {B} rows, the cache holds {cache.batch_size}")
+    cache.reserve(T)
+    meta = TreeAttentionMetadata(cache.start, cache.length, tree_mask, backend)
+    out = model(input_ids=tokens, position_ids=positions, use_cache=True, logits_to_keep=logits_to_keep,
+                specdec_tree=meta, **{_cache_keyword(model): cache})
+    cache.advance(T)
+    return out.logits
+
+
+def prefill(model: PreTrainedModel, cache: TreeCache, input_ids: Tensor, start: Tensor, *, backend: str = "auto") -> None:
+    """Write a left-padded prompt block [B, P] (pads before `start[b]`) into an empty cache and commit it."""
+    if cache.tree_len or bool(cache.host_length.any()):
+        raise ValueError("cache: prefill needs an empty cache")
+    cache.start.copy_(start)
+    B, P = input_ids.shape
+    if P == 0:
+        return
+    positions = (torch.arange(P, device=input_ids.device)[None, :] - cache.start[:, None]).clamp(min=0)
+    tree_forward(model, cache, input_ids, positions, prefill_mask(cache.start, P), backend=backend, logits_to_keep=1)
+    cache.commit_prefix(torch.full((B,), P, dtype=torch.int64, device=cache.device), [P] * B)

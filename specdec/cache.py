@@ -1,0 +1,165 @@
+"""The tree KV cache: static per-layer buffers with per-row prefix bounds, usable by unmodified HF models.
+
+Layout of row b in every layer's buffer [B, Hkv, capacity, D]::
+
+    [0, start[b])                       left padding, never read
+    [start[b], length[b])               committed tokens (length - start of them: the root's RoPE position)
+    [length[b], length[b] + tree_len)   tree region: K/V of the nodes forwarded since the last commit
+    [length[b] + tree_len, capacity)    free
+
+A forward over T nodes writes their K/V at ``length[b] + tree_len + [0, T)`` (`update`, called by the
+model's attention layers) and `advance(T)` then grows the region. `commit` moves the kept nodes of the
+region to ``[length[b], length[b] + count[b])`` and advances `length`; `rollback` drops the region.
+Buffers never reallocate, so the step's shapes stay static.
+
+``host_length`` mirrors ``length`` on the host exactly (commits take the host counts the verifier brings
+back with the step's one sync), so capacity checks never touch the device.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+from transformers import Cache, PreTrainedModel
+from transformers.cache_utils import CacheLayerMixin
+
+__all__ = ["TreeCache"]
+
+
+class _TreeCacheLayer(CacheLayerMixin):
+    """One layer's static K/V buffers; the writing is done by `TreeCache.update` (it knows the offsets)."""
+
+    is_compileable = False
+    is_sliding = False
+
+    def __init__(self, keys: Tensor, values: Tensor):
+        super().__init__()
+        self.keys, self.values = keys, values
+        self.is_initialized = True
+
+    def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
+        """Buffers are allocated up front; nothing to do."""
+
+    def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
+        raise RuntimeError("TreeCache layers are written through TreeCache.update")
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        # Tree forwards ignore the model's own mask (the hook reads the tree metadata instead), so make the
+        # mask transformers builds for them the smallest one: queries against themselves.
+        return query_length, 0
+
+    def get_seq_length(self) -> int:
+        return 0
+
+    def get_max_length(self) -> int:
+        return self.keys.shape[2]
+
+
+class TreeCache(Cache):
+    """Per-row KV cache for tree forwards (target, draft and scorer models alike).
+
+    start:  [B] int64, first valid slot of each row (its left padding).
+    length: [B] int64, committed slots; ``length - start`` tokens are in the cache.
+    """
+
+    def __init__(
+        self,
+        num_layers: int,
+        batch_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        capacity: int,
+        *,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ):
+        for name, value in (("num_layers", num_layers), ("batch_size", batch_size), ("num_kv_heads", num_kv_heads),
+                            ("head_dim", head_dim), ("capacity", capacity)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        shape = (batch_size, num_kv_heads, capacity, head_dim)
+        layers = [_TreeCacheLayer(torch.zeros(shape, dtype=dtype, device=device),
+                                  torch.zeros(shape, dtype=dtype, device=device)) for _ in range(num_layers)]
+        super().__init__(layers=layers)
+        self.capacity = capacity
+        self.start = torch.zeros(batch_size, dtype=torch.int64, device=device)  # [B]
+        self.length = torch.zeros(batch_size, dtype=torch.int64, device=device)  # [B]
+        self.host_length = np.zeros(batch_size, dtype=np.int64)  # [B], mirrors length
+        self.tree_len = 0
+
+    @classmethod
+    def for_model(cls, model: PreTrainedModel, batch_size: int, capacity: int) -> "TreeCache":
+        """Buffers sized from the model's config, in the model's dtype and on its device."""
+        config = model.config.get_text_config()
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        return cls(config.num_hidden_layers, batch_size, kv_heads, head_dim, capacity,
+                   dtype=model.dtype, device=model.device)
+
+    @property
+    def batch_size(self) -> int:
+        return self.start.shape[0]
+
+    @property
+    def device(self) -> torch.device:
+        return self.start.device
+
+    # ------------------------------------------------------------------ writing (called by the model)
+    def update(self, key_states: Tensor, value_states: Tensor, layer_idx: int, *args, **kwargs) -> tuple[Tensor, Tensor]:
+        """Write [B, Hkv, T, D] new K/V at ``length + tree_len + [0, T)`` and return the whole buffers."""
+        layer = self.layers[layer_idx]
+        B, H, T, D = key_states.shape
+        slots = (self.length + self.tree_len)[:, None] + torch.arange(T, device=self.device)  # [B, T]
+        index = slots[:, None, :, None].expand(B, H, T, D)
+        layer.keys.scatter_(2, index, key_states.to(layer.keys.dtype))
+        layer.values.scatter_(2, index, value_states.to(layer.values.dtype))
+        return layer.keys, layer.values
+
+    # ------------------------------------------------------------------ bookkeeping (called by specdec)
+    def reserve(self, num_new: int) -> None:
+        """Raise ValueError, before anything is written, if `num_new` more slots do not fit in every row."""
+        need = int(self.host_length.max()) + self.tree_len + num_new
+        if need > self.capacity:
+            raise ValueError(f"tree: {num_new} nodes do not fit in the cache: a row would need {need} slots, "
+                             f"capacity is {self.capacity}")
+
+    def advance(self, num_new: int) -> None:
+        """Grow the tree region by the `num_new` nodes a forward just wrote."""
+        self.tree_len += num_new
+
+    def rollback(self) -> None:
+        """Drop the tree region (its slots become free)."""
+        self.tree_len = 0
+
+    def commit(self, node_index: Tensor, count: Tensor, host_count: np.ndarray) -> None:
+        """Keep nodes of the tree region and drop the rest.
+
+        node_index: [B, W] int64, tree-region index of each kept node in order (root first), -1 padding.
+        count:      [B] int64, kept nodes per row (<= W); host_count: the same numbers on the host.
+        Kept nodes must be increasing within a row (a root-to-node path is), so a gather-then-scatter
+        never overwrites a node before it is read.
+        """
+        B, W = node_index.shape
+        if W > self.tree_len:
+            raise ValueError(f"node_index: {W} columns but the tree region holds {self.tree_len} nodes")
+        src = self.length[:, None] + node_index.clamp(min=0)  # [B, W]
+        dst = self.length[:, None] + torch.arange(W, device=self.device)  # [B, W]
+        for layer in self.layers:
+            H, D = layer.keys.shape[1], layer.keys.shape[3]
+            src_i = src[:, None, :, None].expand(B, H, W, D)
+            dst_i = dst[:, None, :, None].expand(B, H, W, D)
+            for buf in (layer.keys, layer.values):
+                buf.scatter_(2, dst_i, buf.gather(2, src_i))
+        self.commit_prefix(count, host_count)
+
+    def commit_prefix(self, count: Tensor, host_count: np.ndarray) -> None:
+        """Keep the first `count[b]` nodes of each row's tree region where they are (a chain)."""
+        self.length += count
+        self.host_length += np.asarray(host_count, dtype=np.int64)
+        self.tree_len = 0
+
+    def positions(self) -> Tensor:
+        """[B] int64: RoPE position of the next token of each row, ``length - start``."""
+        return self.length - self.start

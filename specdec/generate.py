@@ -1,0 +1,164 @@
+"""The generation loop: the same short loop for every method (DESIGN 1)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from .state import DecodeState
+from .suppliers.base import Supplier
+from .tree import TreeBatch
+from .verify import TreeVerifier
+
+__all__ = ["SpeculativeGenerator", "GenerateOutput", "Stats", "TreeFilter"]
+
+
+class TreeFilter(Protocol):
+    """Optional stage between supplier and verifier: returns a subset of each row's tree."""
+
+    def filter(self, tree: TreeBatch, state: DecodeState) -> TreeBatch: ...
+
+
+@dataclass
+class Stats:
+    """What one `generate` call did. Stage times are host wall-clock (on a GPU, queued work is counted by
+    the stage that waits for it, in practice `verify`, which holds the step's one sync)."""
+
+    steps: int = 0
+    new_tokens: int = 0
+    accepted_lengths: list[int] = field(default_factory=list)  # per active row and step, bonus included
+    tree_sizes: list[int] = field(default_factory=list)  # nodes sent to the target per active row and step
+    stage_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
+        ("prefill", "propose", "filter", "verify", "commit"), 0.0))
+    seconds: float = 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Mean tokens emitted per row per step, the bonus token included (Spec-Bench's convention)."""
+        return float(np.mean(self.accepted_lengths)) if self.accepted_lengths else 0.0
+
+    @property
+    def mean_tree_size(self) -> float:
+        return float(np.mean(self.tree_sizes)) if self.tree_sizes else 0.0
+
+    @property
+    def accepted_histogram(self) -> dict[int, int]:
+        return dict(sorted(Counter(self.accepted_lengths).items()))
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        return {"steps": self.steps, "new_tokens": self.new_tokens, "mean_accepted_length": self.mean_accepted_length,
+                "mean_tree_size": self.mean_tree_size, "accepted_histogram": self.accepted_histogram,
+                "stage_seconds": dict(self.stage_seconds), "seconds": self.seconds,
+                "tokens_per_second": self.tokens_per_second}
+
+
+@dataclass(frozen=True)
+class GenerateOutput:
+    sequences: Tensor  # [B, P + L]: the layout of target.generate(..., do_sample=False)
+    stats: Stats
+
+
+class SpeculativeGenerator:
+    """Greedy speculative decoding: `supplier` proposes trees, `filter` (optional) prunes them, the
+    target verifies them. Output is identical to ``target.generate(do_sample=False)``."""
+
+    def __init__(self, target: PreTrainedModel, supplier: Supplier, filter: TreeFilter | None = None, *,
+                 backend: str = "auto", validate_trees: bool = False):
+        if not isinstance(supplier, Supplier):
+            raise TypeError(f"supplier: expected a specdec Supplier, got {type(supplier).__name__}")
+        self.verifier = TreeVerifier(target, backend=backend)
+        self.target = target
+        self.supplier = supplier
+        self.filter = filter
+        self.validate_trees = validate_trees  # check every proposed tree (one sync per step more)
+        supplier.attach(target)
+
+    def generate(self, input_ids: Tensor, attention_mask: Tensor | None = None, max_new_tokens: int = 128,
+                 eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None) -> GenerateOutput:
+        t_begin = time.perf_counter()
+        start, eos, pad = self._check(input_ids, attention_mask, max_new_tokens, eos_token_id, pad_token_id)
+        capacity = input_ids.shape[1] + 2 * (max_new_tokens + self.supplier.max_tree_size())
+        state = DecodeState.begin(input_ids, start, max_new_tokens=max_new_tokens, capacity=capacity,
+                                  eos_token_ids=eos, pad_token_id=pad)
+        stats = Stats()
+        cache = self.verifier.new_cache(input_ids.shape[0], capacity)
+        self.verifier.prefill(cache, input_ids[:, :-1], start)
+        self.supplier.start(state)
+        stats.stage_seconds["prefill"] += time.perf_counter() - t_begin
+        while not state.done:
+            t0 = time.perf_counter()
+            tree = self.supplier.propose(state)
+            t1 = time.perf_counter()
+            if self.filter is not None:
+                tree = self.filter.filter(tree, state)
+            active = ~state.finished
+            tree = tree.with_num_nodes(torch.where(state.active(), tree.num_nodes, 1))  # finished rows: root only
+            t2 = time.perf_counter()
+            acc = self.verifier.verify(tree, cache, validate=self.validate_trees)
+            t3 = time.perf_counter()
+            self.supplier.commit(acc)
+            emitted = state.append(acc)
+            t4 = time.perf_counter()
+            stats.steps += 1
+            stats.accepted_lengths += (acc.host_num_accepted[active] + 1).tolist()
+            stats.tree_sizes += [tree.size] * int(active.sum())
+            stats.new_tokens += int(emitted.sum())
+            for name, dt in (("propose", t1 - t0), ("filter", t2 - t1), ("verify", t3 - t2), ("commit", t4 - t3)):
+                stats.stage_seconds[name] += dt
+        stats.seconds = time.perf_counter() - t_begin
+        return GenerateOutput(state.sequences(), stats)
+
+    def _check(self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int,
+               eos_token_id: int | list[int] | None, pad_token_id: int | None) -> tuple[Tensor, list[int], int]:
+        """Validate the arguments (before any state changes); returns (start [B], eos ids, pad id)."""
+        if not isinstance(input_ids, Tensor) or input_ids.ndim != 2 or input_ids.shape[1] < 1 or input_ids.shape[0] < 1:
+            raise ValueError(f"input_ids: expected a [B, P] tensor with B, P >= 1, got "
+                             f"{tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__}")
+        if input_ids.dtype != torch.int64:
+            raise TypeError(f"input_ids: expected int64, got {input_ids.dtype}")
+        if input_ids.device != self.target.device:
+            raise ValueError(f"input_ids: on {input_ids.device}, the target on {self.target.device}")
+        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens <= 0:
+            raise ValueError(f"max_new_tokens: expected an int > 0, got {max_new_tokens!r}")
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        if attention_mask.shape != input_ids.shape or attention_mask.device != input_ids.device:
+            raise ValueError(f"attention_mask: expected {tuple(input_ids.shape)} on {input_ids.device}, "
+                             f"got {tuple(attention_mask.shape)} on {attention_mask.device}")
+        mask = attention_mask != 0
+        start = (~mask).to(torch.int64).sum(1)
+        left_padded = mask.cumsum(1) == (torch.arange(input_ids.shape[1], device=mask.device)[None] - start[:, None] + 1).clamp(min=0)
+        if not bool(left_padded.all()) or not bool(mask[:, -1].all()):
+            row = int((~left_padded.all(1) | ~mask[:, -1]).nonzero()[0, 0])
+            raise ValueError(f"attention_mask: row {row} is not left-padded (zeros, then ones, at least one)")
+        vocab = self.verifier.vocab_size
+        if bool(((input_ids < 0) | (input_ids >= vocab))[mask].any()):
+            raise ValueError(f"input_ids: token ids outside the target's vocabulary [0, {vocab})")
+        config = self.target.config.get_text_config()
+        longest = int((input_ids.shape[1] - start).max())
+        limit = getattr(config, "max_position_embeddings", None)
+        if limit is not None and longest + max_new_tokens > limit:
+            raise ValueError(f"max_new_tokens: a {longest}-token prompt plus {max_new_tokens} new tokens exceeds the "
+                             f"model's {limit} positions")
+        window = getattr(config, "sliding_window", None)
+        if window is not None and getattr(config, "use_sliding_window", True) is not False:
+            if input_ids.shape[1] + 2 * (max_new_tokens + self.supplier.max_tree_size()) > window:
+                raise ValueError(f"max_new_tokens: the sequence could outgrow the model's sliding window of {window} "
+                                 "tokens, which tree attention does not implement")
+        gen = self.target.generation_config
+        eos = gen.eos_token_id if eos_token_id is None else eos_token_id
+        eos = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+        if pad_token_id is None:
+            pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else (eos[0] if eos else 0)
+        return start, eos, int(pad_token_id)

@@ -1,0 +1,7 @@
+"""Tree suppliers: where candidate tokens come from."""
+
+from .base import ARSupplier, Supplier
+from .draft import DraftSupplier
+from .prompt_lookup import PromptLookupSupplier
+
+__all__ = ["Supplier", "ARSupplier", "DraftSupplier", "PromptLookupSupplier"]

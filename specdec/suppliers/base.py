@@ -1,0 +1,56 @@
+"""The supplier interface and the plain autoregressive supplier."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+from transformers import PreTrainedModel
+
+from ..state import DecodeState
+from ..tree import TreeBatch
+from ..verify import Acceptance
+
+__all__ = ["Supplier", "ARSupplier", "root_only"]
+
+
+class Supplier(ABC):
+    """Proposes one candidate tree per row each step.
+
+    Life cycle per `generate` call: `attach(target)` once when the generator is built (compatibility
+    checks), `start(state)` after the target's prefill, then per step `propose(state)` and
+    `commit(acceptance)`. `max_tree_size(batch_size)` bounds the nodes per row (root included) of every
+    proposed tree, so caches are sized before decoding starts.
+    """
+
+    def attach(self, target: PreTrainedModel) -> None:
+        """Check that this supplier can serve `target` (vocabulary, device); raise ValueError if not."""
+
+    def start(self, state: DecodeState) -> None:
+        """Prepare for a new batch of prompts (prefill a draft model's cache, ...)."""
+
+    @abstractmethod
+    def max_tree_size(self) -> int: ...
+
+    @abstractmethod
+    def propose(self, state: DecodeState) -> TreeBatch: ...
+
+    def commit(self, acceptance: Acceptance) -> None:
+        """Learn what the target accepted (advance a draft cache, ...)."""
+
+
+def root_only(root: torch.Tensor) -> TreeBatch:
+    """The tree of plain decoding: each row's root alone. root: [B] int64."""
+    B = root.shape[0]
+    return TreeBatch(root[:, None], torch.full((B, 1), -1, dtype=torch.int64, device=root.device),
+                     torch.ones(B, dtype=torch.int64, device=root.device), max_depth=0)
+
+
+class ARSupplier(Supplier):
+    """Plain autoregressive decoding: proposes the root alone, so each step emits one token."""
+
+    def max_tree_size(self) -> int:
+        return 1
+
+    def propose(self, state: DecodeState) -> TreeBatch:
+        return root_only(state.root)

@@ -1,0 +1,141 @@
+"""Draft-model suppliers: a greedy chain, or an EAGLE-2 style static tree.
+
+Each step, the draft first catches up: one forward over the tokens the target committed since the
+draft last saw them (the previous step's accepted tokens and bonus; the first step: the root), committed
+to the draft's own `TreeCache`. Its logits at the root give the depth-1 candidates. Then, layer by layer,
+the frontier (the `topk` best nodes of the newest layer by path probability) is forwarded with tree
+attention over the draft's tree region, and each frontier node contributes its `topk` children to the
+candidate pool. Finally the `total_tokens - 1` best pool nodes by path probability (plus the root) form
+the tree. A child's path log-prob never exceeds its parent's and ties keep creation order, so the kept
+set is closed under ancestors. The tree region is dropped at `commit`; nothing syncs with the host.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from ..attention import install, prefill, tree_forward
+from ..cache import TreeCache
+from ..state import DecodeState
+from ..tree import TreeBatch, pack_bits
+from ..verify import Acceptance, vocab_size
+from .base import Supplier
+
+__all__ = ["DraftSupplier"]
+
+
+class DraftSupplier(Supplier):
+    """Candidates from a smaller model sharing the target's tokenizer.
+
+    mode="chain": the draft's greedy continuation of `depth` tokens (topk and total_tokens unused).
+    mode="tree":  depth layers, top-`topk` children per frontier node, the best `total_tokens` nodes
+                  (root included) kept by path probability.
+    """
+
+    def __init__(self, draft: PreTrainedModel, mode: str = "tree", depth: int = 5, topk: int = 4,
+                 total_tokens: int = 32, *, backend: str = "auto"):
+        if mode not in ("chain", "tree"):
+            raise ValueError(f"mode: expected 'chain' or 'tree', got {mode!r}")
+        for name, value, low in (("depth", depth, 1), ("topk", topk, 1), ("total_tokens", total_tokens, 2)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
+        self.draft = draft
+        self.mode = mode
+        self.depth = depth
+        self.topk = 1 if mode == "chain" else topk
+        pool = 1 + self.topk + (depth - 1) * self.topk * self.topk
+        self.total_tokens = depth + 1 if mode == "chain" else min(total_tokens, pool)
+        self.backend = backend
+        if self.topk > vocab_size(draft):
+            raise ValueError(f"topk: {topk} exceeds the draft's vocabulary of {vocab_size(draft)}")
+        self.cache: TreeCache | None = None
+
+    def attach(self, target: PreTrainedModel) -> None:
+        if vocab_size(self.draft) != vocab_size(target):
+            raise ValueError(f"draft: vocabulary of {vocab_size(self.draft)} tokens, the target's has "
+                             f"{vocab_size(target)}; a draft must share the target's tokenizer")
+        if self.draft.device != target.device:
+            raise ValueError(f"draft: on {self.draft.device}, the target on {target.device}")
+        install(self.draft)
+
+    def max_tree_size(self) -> int:
+        return self.total_tokens
+
+    def start(self, state: DecodeState) -> None:
+        B = state.batch_size
+        region = self.depth + 1 + (self.depth - 1) * self.topk  # catch-up chain, then the frontiers
+        self.cache = TreeCache.for_model(self.draft, B, state.capacity + region)
+        prefill(self.draft, self.cache, state.input_ids[:, :-1], state.start, backend=self.backend)
+        self._pending = TreeBatch(state.root[:, None], torch.full((B, 1), -1, dtype=torch.int64, device=state.root.device),
+                                  torch.ones(B, dtype=torch.int64, device=state.root.device), max_depth=0)
+        self._pending_host = [1] * B
+
+    def commit(self, acc: Acceptance) -> None:
+        """Next step's catch-up chain: the accepted tokens and the bonus (the new root)."""
+        self.cache.rollback()
+        B, A = acc.tokens.shape
+        parents = torch.arange(-1, A - 1, device=acc.tokens.device).expand(B, A)
+        self._pending = TreeBatch(acc.tokens.clamp(min=0), parents.contiguous(), acc.num_accepted + 1, max_depth=A - 1)
+        self._pending_host = acc.host_num_accepted + 1
+
+    def _catch_up(self) -> Tensor:
+        """Forward and commit the pending chain; returns the draft's logits at the root, [B, V]."""
+        chain, cache = self._pending, self.cache
+        logits = tree_forward(self.draft, cache, chain.tokens, chain.positions(cache.positions()),
+                              chain.ancestor_mask, backend=self.backend)
+        cache.commit_prefix(chain.num_nodes, self._pending_host)
+        return logits.gather(1, (chain.num_nodes - 1)[:, None, None].expand(-1, 1, logits.shape[-1]))[:, 0]
+
+    def propose(self, state: DecodeState) -> TreeBatch:
+        B, k, device = state.batch_size, self.topk, state.root.device
+        root_logp = torch.log_softmax(self._catch_up().float(), dim=-1)
+        logp, tok = root_logp.topk(k, dim=-1)  # [B, k]
+        # Candidate pool in creation order: the root, then each layer's children.
+        pool_tok = [state.root[:, None], tok]
+        pool_par = [torch.full((B, 1), -1, device=device, dtype=torch.int64),
+                    torch.zeros(B, k, device=device, dtype=torch.int64)]
+        pool_logp = [torch.zeros(B, 1, device=device), logp]
+        frontier = torch.arange(1, k + 1, device=device).expand(B, k)  # pool index of each frontier node
+        # Ancestry of the forwarded nodes over the draft's tree region; layer d's frontier sits at slots
+        # [(d-1)k, dk). The root is already in the committed prefix, so layer 1 sees only itself.
+        slots = (self.depth - 1) * k
+        region = torch.zeros(B, slots, slots, dtype=torch.bool, device=device)
+        parent_slot = None
+        root_pos = self.cache.positions() - 1  # the catch-up committed the root
+        rows = torch.arange(k, device=device)
+        for d in range(1, self.depth):
+            s0 = (d - 1) * k
+            if parent_slot is None:
+                bits = torch.zeros(B, k, slots, dtype=torch.bool, device=device)
+            else:
+                bits = region.gather(1, parent_slot[:, :, None].expand(B, k, slots))
+            bits[:, rows, s0 + rows] = True
+            region[:, s0:s0 + k] = bits
+            ftok = torch.cat(pool_tok, 1).gather(1, frontier)
+            flogp = torch.cat(pool_logp, 1).gather(1, frontier)
+            logits = tree_forward(self.draft, self.cache, ftok, (root_pos + d)[:, None].expand(B, k),
+                                  pack_bits(bits[:, :, : s0 + k]), backend=self.backend)
+            child_logp = flogp[:, :, None] + torch.log_softmax(logits.float(), dim=-1)  # [B, k, V]
+            clogp, ctok = child_logp.topk(k, dim=-1)  # [B, k, k]
+            pool_tok.append(ctok.flatten(1))
+            pool_par.append(frontier[:, :, None].expand(B, k, k).flatten(1))
+            pool_logp.append(clogp.flatten(1))
+            best = clogp.flatten(1).topk(k, dim=-1).indices  # next frontier among the k*k children
+            parent_slot = s0 + best // k
+            frontier = sum(t.shape[1] for t in pool_tok[:-1]) + best
+        return self._select(torch.cat(pool_tok, 1), torch.cat(pool_par, 1), torch.cat(pool_logp, 1))
+
+    def _select(self, tok: Tensor, par: Tensor, logp: Tensor) -> TreeBatch:
+        """Keep the root and the best `total_tokens - 1` pool nodes, renumbered in creation order."""
+        B, N = tok.shape
+        M = self.total_tokens
+        order = torch.sort(-logp[:, 1:], dim=1, stable=True).indices[:, : M - 1] + 1
+        keep = torch.sort(torch.cat([torch.zeros(B, 1, dtype=torch.int64, device=tok.device), order], 1), 1).values
+        renumber = torch.full((B, N), -1, dtype=torch.int64, device=tok.device)
+        renumber.scatter_(1, keep, torch.arange(M, device=tok.device).expand(B, M).contiguous())
+        parents = par.gather(1, keep)
+        parents = torch.where(parents >= 0, renumber.gather(1, parents.clamp(min=0)), -1)
+        return TreeBatch(tok.gather(1, keep), parents, torch.full((B,), M, dtype=torch.int64, device=tok.device),
+                         logp.gather(1, keep), max_depth=self.depth)

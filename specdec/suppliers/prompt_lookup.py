@@ -1,0 +1,99 @@
+"""Prompt lookup: candidates copied from earlier occurrences of the context's last n-gram.
+
+For each row, the longest n in [min_ngram, max_ngram] whose last-n-token suffix occurs earlier in the
+row's context (prompt and output so far) wins; the `max_matches` most recent occurrences each propose the
+`num_pred` tokens that followed them, and the continuations are merged into a trie. Runs on the host
+with numpy, vectorised over rows, on the committed tokens the state already holds there (no device
+sync), like the n-gram proposers of serving engines.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numpy.lib.stride_tricks import sliding_window_view
+
+from ..state import DecodeState
+from ..tree import TreeBatch
+from .base import Supplier
+
+__all__ = ["PromptLookupSupplier"]
+
+
+class PromptLookupSupplier(Supplier):
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_pred: int = 10, max_matches: int = 4):
+        for name, value in (("max_ngram", max_ngram), ("min_ngram", min_ngram), ("num_pred", num_pred),
+                            ("max_matches", max_matches)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+        if min_ngram > max_ngram:
+            raise ValueError(f"min_ngram: {min_ngram} exceeds max_ngram {max_ngram}")
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self.num_pred, self.max_matches = num_pred, max_matches
+
+    def max_tree_size(self) -> int:
+        return 1 + self.num_pred * self.max_matches
+
+    def propose(self, state: DecodeState) -> TreeBatch:
+        cont = self._continuations(state.history, state.host_start, state.history_len)  # [B, M, K]
+        tokens, parents, num_nodes = _trie(cont)
+        tok = torch.from_numpy(tokens).to(state.root.device)
+        tok[:, 0] = state.root
+        return TreeBatch(tok, torch.from_numpy(parents).to(tok.device),
+                         torch.from_numpy(num_nodes).to(tok.device),
+                         max_depth=self.num_pred)
+
+    def _continuations(self, history: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
+        """[B, M, K] int64: up to M = max_matches continuations of K = num_pred tokens per row, -1 padded."""
+        B, width = history.shape
+        M, K = self.max_matches, self.num_pred
+        out = np.full((B, M, K), -1, dtype=np.int64)
+        found = np.zeros(B, dtype=bool)
+        rows = np.arange(B)
+        for n in range(self.max_ngram, self.min_ngram - 1, -1):
+            if n >= width:
+                continue
+            suffix = history[rows[:, None], (length - n)[:, None] + np.arange(n)]  # [B, n]
+            windows = sliding_window_view(history, n, axis=1)  # [B, width - n + 1, n]
+            pos = np.arange(windows.shape[1])[None, :]
+            # an occurrence must lie in the row's context and be followed by at least one token
+            hit = (windows == suffix[:, None, :]).all(-1) & (pos >= start[:, None]) & (pos + n < length[:, None])
+            hit &= (length - n >= start)[:, None] & ~found[:, None]
+            # most recent occurrences first: rank hits from the right
+            rank = np.cumsum(hit[:, ::-1], axis=1)[:, ::-1]
+            pick = hit & (rank <= M)
+            r, p = np.nonzero(pick)
+            m = rank[r, p] - 1
+            idx = p[:, None] + n + np.arange(K)[None, :]  # [hits, K]
+            ok = idx < length[r, None]
+            out[r[:, None], m[:, None], np.arange(K)[None, :]] = np.where(ok, history[r[:, None], np.minimum(idx, width - 1)], -1)
+            found |= hit.any(1)
+        return out
+
+
+def _trie(cont: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merge [B, M, K] continuations (-1 padded) into breadth-first tries under a root.
+
+    Returns tokens [B, T] (column 0: placeholder for the root), parents [B, T] and num_nodes [B].
+    Node (m, j) is the j-th token of continuation m; it is the same node as (m', j) when the two
+    continuations agree up to j, and the first such m' represents it.
+    """
+    B, M, K = cont.shape
+    valid = cont >= 0  # a continuation is a prefix of valid tokens
+    agree = np.cumprod((cont[:, :, None, :] == cont[:, None, :, :]) & valid[:, :, None, :], axis=-1).astype(bool)
+    canon = agree.argmax(2)  # [B, M, K]: first m' agreeing with m up to j (m itself at worst)
+    own = valid & (canon == np.arange(M)[None, :, None])
+    order = own.transpose(0, 2, 1).reshape(B, K * M)  # breadth first: depth-major, then match order
+    index = np.cumsum(order, axis=1) * order  # 1-based node number, 0 when not a node
+    index = index.reshape(B, K, M).transpose(0, 2, 1)  # [B, M, K]
+    num_nodes = 1 + own.sum((1, 2))
+    T = int(num_nodes.max())
+    tokens = np.zeros((B, T), dtype=np.int64)
+    parents = np.full((B, T), -1, dtype=np.int64)
+    b, m, j = np.nonzero(own)
+    node = index[b, m, j]
+    tokens[b, node] = cont[b, m, j]
+    up = np.where(j > 0, index[b, canon[b, m, np.maximum(j - 1, 0)], np.maximum(j - 1, 0)], 0)
+    parents[b, node] = up
+    parents[:, 0] = -1
+    return tokens, parents, num_nodes.astype(np.int64)

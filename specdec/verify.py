@@ -1,0 +1,132 @@
+"""Verification: one target forward over the tree, greedy acceptance on the device, cache compaction.
+
+`TreeVerifier` is also the drop-in for pipelines that build their own trees (EAGLE/Medusa buffers):
+build a `TreeBatch` (for example with `TreeBatch.from_ancestor_mask`), call `verify(tree, cache)`, read
+the `Acceptance`; the cache then holds the accepted path and the bonus token is the next root.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from .attention import install, prefill, tree_forward
+from .cache import TreeCache
+from .tree import TreeBatch, pack_bits, unpack_bits
+
+__all__ = ["Acceptance", "TreeVerifier", "greedy_accept", "vocab_size"]
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """What the target kept of each row's tree.
+
+    tokens:       [B, A] int64: the accepted candidates, then the bonus token (the next root); -1 padding.
+    num_accepted: [B] int64: accepted candidates, the bonus excluded (so a row emits num_accepted + 1).
+    node_index:   [B, A] int64: tree node of each accepted token, root first; -1 padding.
+    host_tokens, host_num_accepted: the same as numpy arrays, brought back by the step's one host sync.
+    A = max(num_accepted) + 1. Example: chain root->x->y, target agrees with x only and predicts z after
+    x: tokens [[x, z]], num_accepted [1], node_index [[0, 1]].
+    """
+
+    tokens: Tensor  # [B, A] int64
+    num_accepted: Tensor  # [B] int64
+    node_index: Tensor  # [B, A] int64
+    host_tokens: np.ndarray  # [B, A] int64
+    host_num_accepted: np.ndarray  # [B] int64
+
+    @property
+    def width(self) -> int:
+        return self.tokens.shape[1]
+
+
+def vocab_size(model: PreTrainedModel) -> int:
+    """Rows of the model's output embedding (what its logits cover)."""
+    head = model.get_output_embeddings()
+    return head.weight.shape[0] if head is not None else model.config.get_text_config().vocab_size
+
+
+def greedy_accept(tree: TreeBatch, logits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Deepest node whose whole path agrees with the target's argmax, then the bonus token.
+
+    logits: [B, T, V] target logits at every node. Node i (i > 0) is correct iff ``tokens[i] ==
+    argmax(logits[parents[i]])``; siblings carry distinct tokens, so the fully-correct nodes form one chain.
+    Returns (tokens [B, L], num_accepted [B], node_index [B, L]) with L = tree.depth_bound + 1, on the
+    device and without a host sync.
+    """
+    B, T = tree.tokens.shape
+    pred = logits.argmax(-1)  # [B, T]
+    parents = tree._parents
+    correct = (tree.tokens == pred.gather(1, parents.clamp(min=0))) | (parents < 0)
+    wrong = pack_bits(~correct & tree.valid)  # [B, W]
+    anc = tree.ancestor_mask  # [B, T, W]
+    path_ok = ((anc & wrong[:, None, :]) == 0).all(-1) & tree.valid
+    depth = tree.depth
+    best = torch.where(path_ok, depth, -1).argmax(1)  # [B]
+    num_accepted = depth.gather(1, best[:, None])[:, 0]
+    L = tree.depth_bound + 1
+    on_path = unpack_bits(anc.gather(1, best[:, None, None].expand(B, 1, anc.shape[2]))[:, 0], T)  # [B, T]
+    node_index = torch.full((B, L + 1), -1, dtype=torch.int64, device=tree.device)
+    column = torch.where(on_path, depth, L)  # off-path nodes land in a scratch column
+    node_index.scatter_(1, column, torch.arange(T, device=tree.device).expand(B, T).contiguous())
+    node_index = node_index[:, :L]
+    cols = torch.arange(L, device=tree.device)[None, :]
+    nxt = torch.cat([node_index[:, 1:], node_index.new_full((B, 1), -1)], 1)
+    tokens = torch.where(nxt >= 0, tree.tokens.gather(1, nxt.clamp(min=0)), -1)
+    bonus = pred.gather(1, best[:, None])
+    tokens = torch.where(cols == num_accepted[:, None], bonus, tokens)
+    return tokens, num_accepted, node_index
+
+
+class TreeVerifier:
+    """Verify candidate trees with an unmodified Hugging Face causal LM.
+
+    temperature 0.0 is greedy verification: the output equals greedy autoregressive decoding.
+    """
+
+    def __init__(self, target: PreTrainedModel, temperature: float = 0.0, *, backend: str = "auto"):
+        if not isinstance(temperature, (int, float)) or temperature < 0:
+            raise ValueError(f"temperature: expected a number >= 0, got {temperature!r}")
+        if temperature > 0:
+            raise NotImplementedError("temperature > 0: lossless tree rejection sampling is not built yet "
+                                      "(it is the sampling issue on the tracker); use temperature=0.0")
+        install(target)
+        self.model = target
+        self.temperature = float(temperature)
+        self.backend = backend
+        self.vocab_size = vocab_size(target)
+
+    def new_cache(self, batch_size: int, capacity: int) -> TreeCache:
+        return TreeCache.for_model(self.model, batch_size, capacity)
+
+    def prefill(self, cache: TreeCache, input_ids: Tensor, start: Tensor) -> None:
+        """Commit a left-padded prompt block (everything before the first root) to an empty cache."""
+        prefill(self.model, cache, input_ids, start, backend=self.backend)
+
+    def verify(self, tree: TreeBatch, cache: TreeCache, *, validate: bool = True) -> Acceptance:
+        """Forward the tree, accept greedily, keep the accepted path in `cache`.
+
+        With ``validate=True`` (the default for pipelines building their own trees) the tree's data is
+        checked first (topological order, siblings, token range). All errors are raised before the cache
+        changes. Performs the step's one host sync (bringing the accepted tokens back).
+        """
+        tree.check_shapes()
+        if tree.batch_size != cache.batch_size:
+            raise ValueError(f"tree: batch of {tree.batch_size} rows, the cache holds {cache.batch_size}")
+        if tree.device != cache.device:
+            raise ValueError(f"tree: on {tree.device}, the cache on {cache.device}")
+        if validate:
+            tree.validate(self.vocab_size)
+        if cache.tree_len:
+            raise ValueError("cache: it holds an uncommitted tree region; commit or roll it back first")
+        positions = tree.positions(cache.positions())
+        logits = tree_forward(self.model, cache, tree.tokens, positions, tree.ancestor_mask, backend=self.backend)
+        tokens, num_accepted, node_index = greedy_accept(tree, logits)
+        host = torch.cat([num_accepted[:, None], tokens], 1).cpu().numpy()  # the step's one host sync
+        width = int(host[:, 0].max()) + 1
+        cache.commit(node_index[:, :width], num_accepted + 1, host[:, 0] + 1)
+        return Acceptance(tokens[:, :width], num_accepted, node_index[:, :width], host[:, 1:width + 1], host[:, 0])
