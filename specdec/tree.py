@@ -9,7 +9,7 @@ Worked example, one row, root token 7 with two children (3, 5) and a grandchild 
 
     tokens  = [7, 3, 5, 9]          depth     = [0, 1, 1, 2]
     parents = [-1, 0, 0, 1]         ancestors = [0b0001, 0b0011, 0b0101, 0b1011]   (bit m: node m)
-    leaves  = [F, F, T, T]          paths     = [[0, 1, 3], [0, 2, -1]]
+    leaves  = [F, F, T, T]          paths     = [[0, 2, -1], [0, 1, 3]]   (by leaf index)
 
 Derivations are vectorised torch on the tree's device (pointer jumping, no Python loop over nodes) and
 cached on the frozen instance.
@@ -185,6 +185,14 @@ class TreeBatch:
         idx = torch.arange(T, device=tokens.device)
         proper = mask & (idx[None, None, :] < idx[None, :, None])  # ancestors before the node
         parents = torch.where(proper.any(-1), (proper * (idx + 1)).amax(-1) - 1, -1)
+        if validate and num_nodes is not None:
+            real = idx[None, :] < torch.as_tensor(num_nodes, device=tokens.device)[:, None]
+        else:
+            real = torch.ones_like(parents, dtype=torch.bool)
+        orphan = (parents < 0) & (idx > 0) & real
+        if validate and bool(orphan.any()):
+            b, i = (int(x) for x in orphan.nonzero()[0])
+            raise ValueError(f"tree_mask: row {b} node {i} lists no ancestor; every node but the root descends from it")
         tree = cls.from_parents(tokens, parents, num_nodes, vocab_size=vocab_size, validate=validate)
         if validate:
             given = mask & tree.valid[:, :, None] & tree.valid[:, None, :]

@@ -1,0 +1,62 @@
+"""Tiny random-weight models of each supported architecture, built offline from configs."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+
+VOCAB = 96
+_COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+               tie_word_embeddings=False)
+ARCHS = {
+    "llama": (LlamaConfig, LlamaForCausalLM, {}),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM, {}),
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM, {"head_dim": 16}),
+    "mistral": (MistralConfig, MistralForCausalLM, {"sliding_window": None, "num_key_value_heads": 1}),
+}
+
+
+def make_model(arch: str, seed: int = 0, **overrides) -> torch.nn.Module:
+    config_cls, model_cls, extra = ARCHS[arch]
+    torch.manual_seed(seed)
+    config = config_cls(**{**_COMMON, **extra, **overrides})
+    model = model_cls(config).eval()
+    # Random init gives near-uniform logits; sharpen them so greedy paths are not decided by rounding.
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    return model
+
+
+def perturbed(model: torch.nn.Module, scale: float = 0.3, seed: int = 1) -> torch.nn.Module:
+    """A copy whose weights carry relative noise: it agrees with `model` often, not always."""
+    draft = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(scale * p.std() * torch.randn(p.shape, generator=gen))
+    return draft
+
+
+@pytest.fixture(autouse=True)
+def _no_grad():
+    with torch.no_grad():
+        yield
+
+
+def ragged_prompts(lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded prompts with the given lengths (pad id 0); tokens avoid the special ids 0-2."""
+    gen = torch.Generator().manual_seed(seed)
+    P = max(lengths)
+    ids = torch.zeros(len(lengths), P, dtype=torch.int64)
+    mask = torch.zeros_like(ids)
+    for b, n in enumerate(lengths):
+        # repeat a short motif so prompt lookup finds matches
+        motif = torch.randint(3, VOCAB, (max(2, n // 3),), generator=gen)
+        ids[b, P - n:] = motif.repeat(n // len(motif) + 1)[:n]
+        mask[b, P - n:] = 1
+    return ids, mask
