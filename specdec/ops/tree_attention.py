@@ -1,9 +1,6 @@
-"""Launchers for specdec's ops: validation, allocation and backend dispatch, plus the pure-torch references.
+"""K1, tree-mask attention: launcher and pure-torch reference (DESIGN 4).
 
-Each op has exactly one reference here (``<op>_ref``): the CPU path, the test oracle and the benchmark
-baseline. The launcher checks shapes, dtypes and devices (cheap, always) and dispatches on ``backend``:
-``"auto"`` picks the fastest backend that can run the inputs; today that is the torch reference, which is
-the only backend built so far (the Triton and CUDA kernels are their own issues and will register here).
+The launcher checks shapes, dtypes and devices (cheap, always) and dispatches on ``backend``.
 """
 
 from __future__ import annotations
@@ -13,17 +10,10 @@ import math
 import torch
 from torch import Tensor
 
-from .tree import unpack_bits
+from ..tree import unpack_bits
+from ._backend import resolve_backend
 
-__all__ = ["tree_attention", "tree_attention_ref", "BACKENDS"]
-
-BACKENDS = ("auto", "torch")
-
-
-def _resolve_backend(backend: str) -> str:
-    if backend not in BACKENDS:
-        raise ValueError(f"backend: {backend!r} is not one of {BACKENDS}")
-    return "torch"
+__all__ = ["tree_attention", "tree_attention_ref"]
 
 
 def tree_attention(
@@ -80,7 +70,7 @@ def tree_attention(
         raise ValueError(f"out: expected {tuple(q.shape)} {q.dtype} on {q.device}, got {tuple(out.shape)} {out.dtype}")
     scale = D**-0.5 if scale is None else float(scale)
 
-    _resolve_backend(backend)
+    resolve_backend(backend, q.device)
     result = tree_attention_ref(q, k, v, start, length, tree_mask, scale=scale)
     if out is None:
         return result

@@ -1,0 +1,34 @@
+"""Backend selection shared by every op's launcher.
+
+"torch": the pure-torch reference, runs anywhere. "triton": the Triton kernel, on a CUDA device, or on
+the CPU under Triton's interpreter (``TRITON_INTERPRET=1`` set before triton is imported; tests use it).
+"auto": triton for CUDA tensors when Triton is importable, else torch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+
+BACKENDS = ("auto", "torch", "triton")
+
+
+def triton_runnable(device: torch.device) -> bool:
+    """Whether a Triton kernel can run on tensors of `device`."""
+    if importlib.util.find_spec("triton") is None:
+        return False
+    return device.type == "cuda" or (device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")
+
+
+def resolve_backend(backend: str, device: torch.device) -> str:
+    """The backend an op runs on for tensors on `device`; ValueError for unknown or unrunnable choices."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: {backend!r} is not one of {BACKENDS}")
+    if backend == "auto":
+        return "triton" if device.type == "cuda" and triton_runnable(device) else "torch"
+    if backend == "triton" and not triton_runnable(device):
+        raise ValueError(f"backend: 'triton' cannot run on {device}: it needs a CUDA device, or the CPU with "
+                         "TRITON_INTERPRET=1 set before triton is imported, and the triton package installed")
+    return backend
