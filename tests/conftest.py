@@ -5,12 +5,14 @@ from __future__ import annotations
 import copy
 import os
 
-# Triton kernels run on the CPU under the interpreter; it must be set before triton is first imported.
-if not os.environ.get("CUDA_VISIBLE_DEVICES") and os.environ.get("SPECDEC_GPU_TESTS") != "1":
+import torch
+
+# Without a GPU, Triton kernels run on the CPU under the interpreter, which must be switched on before
+# triton is first imported (plain `import torch` does not import it).
+if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
-import torch
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
