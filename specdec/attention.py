@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from transformers import AttentionInterface, PreTrainedModel
+from transformers import AttentionInterface, Cache, PreTrainedModel
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -24,7 +24,7 @@ from . import ops
 from .cache import TreeCache
 from .tree import prefill_mask
 
-__all__ = ["TreeAttentionMetadata", "install", "tree_forward", "prefill", "PREFIX"]
+__all__ = ["TreeAttentionMetadata", "install", "tree_forward", "model_forward", "prefill", "PREFIX"]
 
 PREFIX = "specdec_"
 
@@ -112,10 +112,17 @@ def tree_forward(
     if B != cache.batch_size:
         raise ValueError(f"tokens: batch of {B} rows, the cache holds {cache.batch_size}")
     cache.reserve(T)
-    meta = TreeAttentionMetadata(cache.start, cache.length, tree_mask, backend)
+    logits = model_forward(model, cache, tokens, positions,
+                           TreeAttentionMetadata(cache.start, cache.length, tree_mask, backend), logits_to_keep)
+    cache.advance(T)
+    return logits
+
+
+def model_forward(model: PreTrainedModel, cache: Cache, tokens: Tensor, positions: Tensor,
+                  meta: TreeAttentionMetadata, logits_to_keep: int = 0) -> Tensor:
+    """The model call of a tree forward: metadata through the forward's keyword arguments."""
     out = model(input_ids=tokens, position_ids=positions, use_cache=True, logits_to_keep=logits_to_keep,
                 specdec_tree=meta, **{_cache_keyword(model): cache})
-    cache.advance(T)
     return out.logits
 
 

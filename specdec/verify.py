@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import Tensor
-from transformers import PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 
-from .attention import install, prefill, tree_forward
+from .attention import TreeAttentionMetadata, install, model_forward, prefill, tree_forward
 from .cache import TreeCache
 from .tree import TreeBatch, pack_bits, unpack_bits
 
@@ -107,26 +107,53 @@ class TreeVerifier:
         """Commit a left-padded prompt block (everything before the first root) to an empty cache."""
         prefill(self.model, cache, input_ids, start, backend=self.backend)
 
-    def verify(self, tree: TreeBatch, cache: TreeCache, *, validate: bool = True) -> Acceptance:
+    def verify(self, tree: TreeBatch, cache: TreeCache | DynamicCache, *, validate: bool = True) -> Acceptance:
         """Forward the tree, accept greedily, keep the accepted path in `cache`.
 
+        `cache` is a `TreeCache` (any batch size, ragged rows), or, for pipelines that keep their own,
+        a transformers `DynamicCache` with batch size 1 (its layers are cut to the accepted path).
         With ``validate=True`` (the default for pipelines building their own trees) the tree's data is
         checked first (topological order, siblings, token range). All errors are raised before the cache
         changes. Performs the step's one host sync (bringing the accepted tokens back).
         """
         tree.check_shapes()
-        if tree.batch_size != cache.batch_size:
-            raise ValueError(f"tree: batch of {tree.batch_size} rows, the cache holds {cache.batch_size}")
-        if tree.device != cache.device:
+        if not isinstance(cache, (TreeCache, DynamicCache)):
+            raise TypeError(f"cache: expected a TreeCache or a DynamicCache, got {type(cache).__name__}")
+        batch = cache.batch_size if isinstance(cache, TreeCache) else 1
+        if tree.batch_size != batch:
+            raise ValueError(f"tree: batch of {tree.batch_size} rows, the cache holds {batch}"
+                             + ("" if isinstance(cache, TreeCache) else " (a DynamicCache: use a TreeCache for batches)"))
+        if isinstance(cache, TreeCache) and tree.device != cache.device:
             raise ValueError(f"tree: on {tree.device}, the cache on {cache.device}")
+        if isinstance(cache, DynamicCache) and any(cache.is_sliding):
+            raise ValueError("cache: sliding-window layers are not supported by tree attention")
         if validate:
             tree.validate(self.vocab_size)
+        if isinstance(cache, DynamicCache):
+            return self._verify_dynamic(tree, cache)
         if cache.tree_len:
             raise ValueError("cache: it holds an uncommitted tree region; commit or roll it back first")
         positions = tree.positions(cache.positions())
         logits = tree_forward(self.model, cache, tree.tokens, positions, tree.ancestor_mask, backend=self.backend)
+        acc = self._accept(tree, logits)
+        cache.commit(acc.node_index, acc.num_accepted + 1, acc.host_num_accepted + 1)
+        return acc
+
+    def _accept(self, tree: TreeBatch, logits: Tensor) -> Acceptance:
         tokens, num_accepted, node_index = greedy_accept(tree, logits)
         host = torch.cat([num_accepted[:, None], tokens], 1).cpu().numpy()  # the step's one host sync
         width = int(host[:, 0].max()) + 1
-        cache.commit(node_index[:, :width], num_accepted + 1, host[:, 0] + 1)
         return Acceptance(tokens[:, :width], num_accepted, node_index[:, :width], host[:, 1:width + 1], host[:, 0])
+
+    def _verify_dynamic(self, tree: TreeBatch, cache: DynamicCache) -> Acceptance:
+        """Batch-1 verification on a DynamicCache: the tree is appended, then cut to the accepted path."""
+        past = cache.get_seq_length()
+        length = torch.full((1,), past, dtype=torch.int64, device=tree.device)
+        meta = TreeAttentionMetadata(torch.zeros_like(length), length, tree.ancestor_mask, self.backend)
+        logits = model_forward(self.model, cache, tree.tokens, tree.positions(length), meta)
+        acc = self._accept(tree, logits)
+        keep = torch.cat([torch.arange(past, device=tree.device), past + acc.node_index[0]])
+        for layer in cache.layers:
+            layer.keys = layer.keys.index_select(2, keep)
+            layer.values = layer.values.index_select(2, keep)
+        return acc

@@ -9,7 +9,7 @@ import torch
 
 from conftest import ARCHS, make_model, ragged_prompts
 from specdec import TreeBatch, TreeVerifier
-from specdec.attention import install, tree_forward
+from specdec.attention import _cache_keyword, install, tree_forward
 
 pytestmark = pytest.mark.hf
 
@@ -102,3 +102,35 @@ def test_drop_in_with_medusa_style_buffers():
     assert acc.num_accepted.tolist() == [2]
     assert acc.tokens.tolist() == [[g[0], g[1], g[2]]]
     assert acc.node_index.tolist() == [[0, 1, 3]]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_drop_in_with_the_pipelines_own_dynamic_cache(arch):
+    """A batch-1 pipeline keeping a DynamicCache: verify prunes it to the accepted path each step."""
+    from transformers import DynamicCache
+
+    target = make_model(arch)
+    plain = copy.deepcopy(target)
+    prompt = torch.tensor([[5, 9, 14, 3, 22, 7]])
+    want = plain.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0)[0, 6:].tolist()
+    verifier = TreeVerifier(target)
+    cache = DynamicCache(config=target.config)
+    target(prompt[:, :-1], use_cache=True, **{_cache_keyword(target): cache})  # the pipeline's own prefill
+    out, root = [], int(prompt[0, -1])
+    while len(out) < 12:
+        guess = want[len(out):len(out) + 2]  # the right next tokens, then a wrong sibling branch
+        tokens = [root] + guess + [(guess[0] + 1) % 96]
+        parents = [-1] + list(range(len(guess))) + [0]
+        acc = verifier.verify(TreeBatch.from_parents([tokens], [parents]), cache)
+        out += acc.host_tokens[0, : acc.host_num_accepted[0] + 1].tolist()
+        root = out[-1]
+        assert cache.get_seq_length() == 5 + len(out)
+    assert out[:12] == want
+
+
+def test_dynamic_cache_needs_batch_one():
+    from transformers import DynamicCache
+
+    target = make_model("llama")
+    with pytest.raises(ValueError, match="tree: batch of 2 rows, the cache holds 1 .a DynamicCache"):
+        TreeVerifier(target).verify(TreeBatch.from_parents([[4], [5]], [[-1], [-1]]), DynamicCache(config=target.config))
