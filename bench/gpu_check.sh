@@ -2,13 +2,17 @@
 # The device check, one script for one lease (bare H200 image: Python 3.12, torch 2.11, Triton 3.6,
 # transformers 5.17, pytest and pytest-benchmark present; no network). Run from the repo root:
 #     OUT=/some/dir bash bench/gpu_check.sh
-# Writes under $OUT: env.txt, gpu-tests.txt (+ junit xml), micro-*.json/csv (microbenchmarks),
-# bench.txt, e2e results. Budget: about 8 minutes; each stage has its own timeout so one slow stage
+# Writes under $OUT: env.txt, gpu-tests.txt, bench.txt, e2e.txt and gpu_check.tgz (junit XML,
+# microbenchmark CSV/JSON, end-to-end results and plots). Budget: about 8 minutes; each stage has its own timeout so one slow stage
 # cannot eat the others.
 set -uo pipefail
+# The device tool brings back at most 8 files from $OUT: the logs come back as they are, everything else
+# (CSV/JSON/XML/PNG) in one tarball.
 OUT=${OUT:-bench/out/gpu}
 mkdir -p "$OUT"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 SPECDEC_BENCH_OUT="$OUT"
+DATA=$(mktemp -d)
+trap 'tar czf "$OUT/gpu_check.tgz" -C "$DATA" . ; ls -la "$OUT"' EXIT
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 SPECDEC_BENCH_OUT="$DATA"
 
 {
   date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
@@ -18,7 +22,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 SPECDEC_B
 cat "$OUT/env.txt"
 
 echo "== gpu tests"
-timeout 240 python3 -m pytest tests -m gpu -q -rs -p no:cacheprovider --junitxml "$OUT/gpu-tests.xml" 2>&1 | tee "$OUT/gpu-tests.txt"
+timeout 240 python3 -m pytest tests -m gpu -q -rs -p no:cacheprovider --junitxml "$DATA/gpu-tests.xml" 2>&1 | tee "$OUT/gpu-tests.txt"
 
 echo "== microbenchmarks"
 timeout 300 python3 -m pytest bench -q -p no:cacheprovider --benchmark-only --benchmark-columns=median,iqr \
@@ -26,5 +30,5 @@ timeout 300 python3 -m pytest bench -q -p no:cacheprovider --benchmark-only --be
 
 echo "== end to end (embedded pair, Spec-Bench prompts)"
 timeout 120 python3 bench/e2e.py --device cuda --prompt-sets spec_bench --num-prompts 16 --batch-sizes 1 4 16 \
-  --max-new-tokens 64 --out "$OUT" 2>&1 | tail -n 30 | tee "$OUT/e2e.txt"
+  --max-new-tokens 64 --out "$DATA" 2>&1 | tail -n 30 | tee "$OUT/e2e.txt"
 echo "== done"

@@ -285,8 +285,31 @@ class TreeBatch:
         return torch.where(p < torch.arange(self.size, device=self.device), p, -1)
 
     @cached_property
+    def _kernel_metadata(self) -> tuple[Tensor, Tensor] | None:
+        """(depth, ancestor_mask) for a tree on CUDA from `ops.tree_metadata` (one Triton launch when
+        Triton is installed, instead of a few dozen small torch launches); None elsewhere."""
+        if self.device.type != "cuda":
+            return None
+        from .ops.tree_metadata import tree_metadata  # lazy: specdec.ops imports this module
+
+        return tree_metadata(self.parents, self.num_nodes)
+
+    @cached_property
     def depth(self) -> Tensor:
         """[B, T] int64: edges from the root (0 for the root and padding)."""
+        if self._kernel_metadata is not None:
+            return self._kernel_metadata[0]
+        return self._depth_torch()
+
+    @cached_property
+    def ancestor_mask(self) -> Tensor:
+        """[B, T, W] int32, W = ceil(T/32): bit m of row i set iff m is i or an ancestor of i."""
+        if self._kernel_metadata is not None:
+            return self._kernel_metadata[1]
+        return self._ancestor_mask_torch()
+
+    def _depth_torch(self) -> Tensor:
+        """`depth` by pointer jumping in torch (the reference of `ops.tree_metadata`)."""
         depth = (self._parents >= 0).to(torch.int64)
         jump = self._parents
         for _ in range(max(1, math.ceil(math.log2(self.size + 1)))):
@@ -296,9 +319,8 @@ class TreeBatch:
             jump = torch.where(has, jump.gather(1, safe), -1)
         return depth
 
-    @cached_property
-    def ancestor_mask(self) -> Tensor:
-        """[B, T, W] int32, W = ceil(T/32): bit m of row i set iff m is i or an ancestor of i."""
+    def _ancestor_mask_torch(self) -> Tensor:
+        """`ancestor_mask` by pointer jumping in torch (the reference of `ops.tree_metadata`)."""
         B, T = self.tokens.shape
         idx = torch.arange(T, device=self.device)
         bits = torch.zeros(B, T, T, dtype=torch.bool, device=self.device)

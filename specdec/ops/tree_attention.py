@@ -5,7 +5,13 @@ The launcher checks shapes, dtypes and devices (cheap, always) and dispatches on
 
 from __future__ import annotations
 
+import functools
+import importlib
+import importlib.util
 import math
+import sys
+from pathlib import Path
+from types import ModuleType
 
 import torch
 from torch import Tensor
@@ -14,6 +20,13 @@ from ..tree import unpack_bits
 from ._backend import resolve_backend
 
 __all__ = ["tree_attention", "tree_attention_ref"]
+
+_LOG2E = 1.4426950408889634
+# Prefix splitting (flash-decoding): split only while the (b, kv head, row tile) programs fill fewer
+# than one wave of SMs, keep at least this many cache slots per split, and at most this many splits.
+# Untuned: chosen from FlashAttention's split heuristic, not measured on this code (no GPU here).
+_MIN_SLOTS_PER_SPLIT = 256
+_MAX_SPLITS = 32
 
 
 def tree_attention(
@@ -27,6 +40,7 @@ def tree_attention(
     scale: float | None = None,
     out: Tensor | None = None,
     backend: str = "auto",
+    num_splits: int | None = None,
 ) -> Tensor:
     """Attention of tree nodes over a per-row cache prefix plus their own ancestors (DESIGN K1).
 
@@ -44,6 +58,10 @@ def tree_attention(
     of its mask. Example, T = 3, root with two children: masks [0b001, 0b011, 0b101]; node 2 sees the
     prefix, the root (slot length) and itself (slot length + 2), not its sibling.
     Returns [B, Hq, T, D] in q's dtype (written to `out` when given); accumulation is fp32.
+
+    num_splits: Triton backend only: how many programs share each row's prefix, their partial results
+               merged by log-sum-exp. None picks it from B * Hkv and S (1 off CUDA); an int forces it
+               (tests force the split path on the CPU).
     """
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(f"q, k, v: expected 4-D tensors, got {q.ndim}, {k.ndim}, {v.ndim} dims")
@@ -68,9 +86,12 @@ def tree_attention(
             raise ValueError(f"{name}: on {t.device}, q on {q.device}")
     if out is not None and (out.shape != q.shape or out.dtype != q.dtype or out.device != q.device):
         raise ValueError(f"out: expected {tuple(q.shape)} {q.dtype} on {q.device}, got {tuple(out.shape)} {out.dtype}")
+    if num_splits is not None and (not isinstance(num_splits, int) or num_splits < 1):
+        raise ValueError(f"num_splits: expected None or an int >= 1, got {num_splits!r}")
     scale = D**-0.5 if scale is None else float(scale)
 
-    resolve_backend(backend, q.device)
+    if resolve_backend(backend, q.device) == "triton":
+        return _tree_attention_triton(q, k, v, start, length, tree_mask, scale, out, num_splits)
     result = tree_attention_ref(q, k, v, start, length, tree_mask, scale=scale)
     if out is None:
         return result
@@ -78,9 +99,21 @@ def tree_attention(
 
 
 def tree_attention_ref(
-    q: Tensor, k: Tensor, v: Tensor, start: Tensor, length: Tensor, tree_mask: Tensor, *, scale: float
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    start: Tensor,
+    length: Tensor,
+    tree_mask: Tensor,
+    *,
+    scale: float,
+    compute_dtype: torch.dtype | None = None,
 ) -> Tensor:
-    """Pure-torch reference of `tree_attention` (same contract). Materialises the dense [B, T, S] mask."""
+    """Pure-torch reference of `tree_attention` (same contract). Materialises the dense [B, T, S] mask.
+
+    compute_dtype: the dtype of the scores, softmax and products; default the wider of q's dtype and
+    fp32. Tests pass float64 for an exact oracle and q's own low precision for the error baseline.
+    """
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
     slots = torch.arange(S, device=q.device)
@@ -93,9 +126,99 @@ def tree_attention_ref(
     from_tree = torch.gather(bits, 2, rel.clamp(0, region - 1)[:, None, :].expand(B, T, S)) & in_tree[:, None, :]
     allowed = prefix[:, None, :] | from_tree  # [B, T, S]
     group = Hq // Hkv
-    kf = k.float().repeat_interleave(group, dim=1)
-    vf = v.float().repeat_interleave(group, dim=1)
-    scores = torch.matmul(q.float(), kf.transpose(-1, -2)) * scale  # [B, Hq, T, S]
+    acc = torch.promote_types(q.dtype, torch.float32) if compute_dtype is None else compute_dtype
+    kf = k.to(acc).repeat_interleave(group, dim=1)
+    vf = v.to(acc).repeat_interleave(group, dim=1)
+    scores = torch.matmul(q.to(acc), kf.transpose(-1, -2)) * scale  # [B, Hq, T, S]
     scores = scores.masked_fill(~allowed[:, None], float("-inf"))
     probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a node with nothing visible gets zeros
     return torch.matmul(probs, vf).to(q.dtype)
+
+
+def _tree_attention_triton(
+    q: Tensor, k: Tensor, v: Tensor, start: Tensor, length: Tensor, tree_mask: Tensor, scale: float,
+    out: Tensor | None, num_splits: int | None,
+) -> Tensor:
+    """Allocate, pick tiles and splits, launch `_tree_attention_kernel` (and the merge when split)."""
+    kernels = kernel_module("tree_attention")
+    B, Hq, T, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    group = Hq // Hkv
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
+    # Rows are group * T (query heads packed with nodes); one tile covers them up to 128 rows, the
+    # FlashAttention-2 forward tile for D = 128 on Hopper (16-bit inputs). Smaller trees get a smaller
+    # tile (tl.dot needs 16). BLOCK_N is a multiple of 32 so a tree tile is whole mask words. fp32 runs
+    # its dots exactly on CUDA cores ("ieee"), which hold half the tile in registers and shared memory.
+    low_precision = q.element_size() == 2  # fp16, bf16
+    block_m = min(128 if low_precision else 64, max(16, _next_power_of_2(group * T)))
+    block_n = 64 if low_precision else 32
+    block_d = max(16, _next_power_of_2(D))
+    m_tiles = math.ceil(group * T / block_m)
+    splits = num_splits if num_splits is not None else _pick_num_splits(B * Hkv * m_tiles, S, q.device)
+    meta = dict(GROUP=group, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+                DOT_PRECISION="tf32" if low_precision else "ieee",  # fp32 stays fp32 (TF32 would round q and k)
+                num_warps=8 if block_m * block_d >= 128 * 128 else 4, num_stages=3 if low_precision else 2)
+    grid = (m_tiles, B * Hkv, splits)
+    common = (q, k, v, start, length, tree_mask)
+    sizes = (scale * _LOG2E, T, S, tree_mask.shape[2], D, Hkv)
+    strides = (*q.stride(), *k.stride(), *v.stride(), *tree_mask.stride())
+    if splits == 1:  # straight into `out`: no split axis (stride 0), no log-sum-exp (lse_ptr unused)
+        ob, oh, ot, od = out.stride()
+        kernels._tree_attention_kernel[grid](*common, out, out, *sizes, *strides, ob, oh, ot, 0, od, 0, 0, 0, 0,
+                                             SPLIT=False, **meta)
+        return out
+    part = torch.empty(B, Hq, T, splits, D, dtype=torch.float32, device=q.device)  # normalised partials
+    lse = torch.empty(B, Hq, T, splits, dtype=torch.float32, device=q.device)  # base-2 log-sum-exp
+    kernels._tree_attention_kernel[grid](*common, part, lse, *sizes, *strides, *part.stride(), *lse.stride(),
+                                         SPLIT=True, **meta)
+    kernels._tree_attention_merge_kernel[(B * Hq * T,)](
+        part, lse, out, Hq, T, D, splits, *part.stride(), *lse.stride(), *out.stride(),
+        BLOCK_SPLITS=_next_power_of_2(splits), BLOCK_D=block_d)
+    return out
+
+
+def _pick_num_splits(programs: int, S: int, device: torch.device) -> int:
+    """Prefix splits for `programs` (b, kv head, row tile) programs over a cache of S slots.
+
+    One split while the programs fill the GPU's SMs; otherwise enough splits for about one program per
+    SM, bounded by S (the buffer's capacity: the split sizes follow each row's actual prefix on the
+    device, with no host sync). Off CUDA (the interpreter) always 1.
+    """
+    if device.type != "cuda":
+        return 1
+    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    if programs >= sms:
+        return 1
+    return max(1, min(math.ceil(sms / programs), S // _MIN_SLOTS_PER_SPLIT, _MAX_SPLITS))
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def kernel_module(name: str) -> ModuleType:
+    """The Triton kernels of one op, ``kernels/<name>.py``, imported on first use.
+
+    Installed, ``kernels/`` is the subpackage ``specdec.kernels``; in a source checkout (tests run with
+    the repository on PYTHONPATH, not installed) the file is loaded from the repository under that name.
+    A top-level ``kernels`` import is never used: Hugging Face's ``kernels`` package owns that name.
+    """
+    qualified = f"specdec.kernels.{name}"
+    if qualified in sys.modules:
+        return sys.modules[qualified]
+    try:
+        return importlib.import_module(qualified)
+    except ModuleNotFoundError as error:
+        path = Path(__file__).resolve().parents[2] / "kernels" / f"{name}.py"
+        if error.name not in ("specdec.kernels", qualified) or not path.is_file():
+            raise
+    spec = importlib.util.spec_from_file_location(qualified, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[qualified] = module
+    spec.loader.exec_module(module)
+    return module
