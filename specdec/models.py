@@ -57,8 +57,15 @@ def smollm2_path() -> Path:
     gguf = next(package.glob("*.gguf"))
     cache = Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec")) / gguf.stem
     if not (cache / "config.json").is_file():
-        model = AutoModelForCausalLM.from_pretrained(package, gguf_file=gguf.name, dtype=torch.float32)
+        loaded = AutoModelForCausalLM.from_pretrained(package, gguf_file=gguf.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(package, gguf_file=gguf.name)
+        # A GGUF-loaded model is flagged quantized and refuses save_pretrained; its weights are plain
+        # dequantized tensors, so move them into a model built from the same config and save that.
+        config = loaded.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        model.load_state_dict(loaded.state_dict())
         model.save_pretrained(cache)
         tokenizer.save_pretrained(cache)
     return cache

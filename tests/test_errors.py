@@ -126,3 +126,17 @@ def test_prompt_lookup_arguments(kwargs, match):
 def test_supplier_type():
     with pytest.raises(TypeError, match="supplier: expected a specdec Supplier"):
         specdec.SpeculativeGenerator(make_model("llama"), supplier="chain")
+
+
+def test_draft_on_another_device(target):
+    draft = make_model("llama").to("meta")
+    with pytest.raises(ValueError, match="draft: on meta, the target on cpu"):
+        specdec.SpeculativeGenerator(target, specdec.DraftSupplier(draft))
+
+
+def test_tree_on_another_device_than_the_cache(target):
+    verifier, cache, root = prefilled(target)
+    tree = TreeBatch(torch.zeros(2, 1, dtype=torch.int64, device="meta"), torch.full((2, 1), -1, device="meta"),
+                     torch.ones(2, dtype=torch.int64, device="meta"))
+    with pytest.raises(ValueError, match="tree: on meta, the cache on cpu"):
+        verifier.verify(tree, cache)
