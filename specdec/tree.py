@@ -132,7 +132,7 @@ class TreeBatch:
         if len(roots) != len(paths):
             raise ValueError(f"paths: {len(paths)} rows of paths for {len(roots)} roots")
         rows_tokens, rows_parents = [], []
-        for b, (root, row_paths) in enumerate(zip(roots, paths)):
+        for root, row_paths in zip(roots, paths):
             nodes: dict[tuple[int, ...], int] = {(): 0}
             tokens, parents = [root], [-1]
             depth = max((len(p) for p in row_paths), default=0)

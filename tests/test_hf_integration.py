@@ -63,9 +63,9 @@ def test_after_commit_next_logits_equal_full_recompute(arch):
     verifier.prefill(cache, ids[:, :-1], start)
     seqs = [ids[b, int(start[b]):].tolist() for b in range(3)]
     root = ids[:, -1]
-    for step in range(4):
+    for _ in range(4):
         # a tree whose first child is the target's own greedy choice (accepted), plus a decoy branch
-        greedy = torch.stack([l.argmax() for l in full_logits(plain, seqs)])
+        greedy = torch.stack([row.argmax() for row in full_logits(plain, seqs)])
         tree = TreeBatch.from_parents(torch.stack([root, greedy, (greedy + 1) % 96, (greedy + 2) % 96], 1),
                                       [[-1, 0, 0, 1]] * 3)
         acc = verifier.verify(tree, cache)

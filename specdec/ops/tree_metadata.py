@@ -1,0 +1,59 @@
+"""Tree metadata from parent pointers: depth and ancestor bitmask in one launch (launcher and dispatch).
+
+The torch path is `TreeBatch`'s own derivations (the reference); the Triton kernel is
+``kernels/tree_metadata.py``. `TreeBatch.depth` / `.ancestor_mask` use the kernel for trees on CUDA.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from ..tree import TreeBatch
+from ._backend import kernel_module, resolve_backend
+
+__all__ = ["tree_metadata", "MAX_KERNEL_NODES"]
+
+# The kernel keeps a row's [T, ceil(T/32)] mask words in registers; beyond this many nodes (128 KiB of
+# words per program) it would spill, and trees that large are prompts, which use `prefill_mask` instead.
+MAX_KERNEL_NODES = 1024
+
+
+def tree_metadata(parents: Tensor, num_nodes: Tensor, *, backend: str = "auto") -> tuple[Tensor, Tensor]:
+    """Depth and ancestor bitmask of one tree per batch row.
+
+    parents:   [B, T] int64, -1 for the root, ``parents[b, i] < i`` (topological order); entries of
+               padding nodes, and any out of range, are ignored.
+    num_nodes: [B] int64, real nodes per row; nodes ``i >= num_nodes[b]`` are padding.
+
+    Returns (depth [B, T] int64, ancestor_mask [B, T, W] int32 with W = ceil(T/32)), exactly
+    `TreeBatch.depth` and `TreeBatch.ancestor_mask`: bit m (word m // 32, little-endian) of node i is set
+    iff m is i or an ancestor of i; the root and padding nodes have depth 0, padding nodes only their own
+    bit. Example: parents [-1, 0, 0, 1] -> depth [0, 1, 1, 2], masks [0b0001, 0b0011, 0b0101, 0b1011].
+    Data is not checked (a parent >= its node is treated as no parent); `TreeBatch.validate` does that.
+    """
+    if parents.ndim != 2 or parents.shape[1] < 1 or parents.dtype != torch.int64:
+        raise ValueError(f"parents: expected [B, T] int64 with T >= 1, got {tuple(parents.shape)} {parents.dtype}")
+    B, T = parents.shape
+    if num_nodes.shape != (B,) or num_nodes.dtype != torch.int64:
+        raise ValueError(f"num_nodes: expected [{B}] int64, got {tuple(num_nodes.shape)} {num_nodes.dtype}")
+    if num_nodes.device != parents.device:
+        raise ValueError(f"num_nodes: on {num_nodes.device}, parents on {parents.device}")
+    if resolve_backend(backend, parents.device) == "torch" or (backend == "auto" and T > MAX_KERNEL_NODES):
+        tree = TreeBatch(parents, parents, num_nodes)  # tokens are not read by these derivations
+        return tree._depth_torch(), tree._ancestor_mask_torch()
+    if T > MAX_KERNEL_NODES:
+        raise ValueError(f"parents: the Triton kernel handles up to {MAX_KERNEL_NODES} nodes per row, got {T}")
+    W = math.ceil(T / 32)
+    depth = torch.empty(B, T, dtype=torch.int64, device=parents.device)
+    mask = torch.empty(B, T, W, dtype=torch.int32, device=parents.device)
+    block_t = 1 << (T - 1).bit_length()
+    block_w = 1 << (W - 1).bit_length()
+    # One warp keeps the per-node reductions inside a warp (no barriers) for the usual trees (<= 128 nodes).
+    num_warps = max(1, min(8, block_t * block_w // 256))
+    kernel_module("tree_metadata")._tree_metadata_kernel[(B,)](
+        parents, num_nodes, depth, mask, T, W, *parents.stride(), *depth.stride(), *mask.stride(),
+        BLOCK_T=block_t, BLOCK_W=block_w, num_warps=num_warps)
+    return depth, mask
