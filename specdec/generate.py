@@ -34,7 +34,7 @@ class Stats:
     steps: int = 0
     new_tokens: int = 0
     accepted_lengths: list[int] = field(default_factory=list)  # per active row and step, bonus included
-    tree_sizes: list[int] = field(default_factory=list)  # nodes sent to the target per active row and step
+    tree_sizes: list[int] = field(default_factory=list)  # nodes per row sent to the target (padded width T)
     stage_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         ("prefill", "propose", "filter", "verify", "commit"), 0.0))
     seconds: float = 0.0
@@ -55,6 +55,15 @@ class Stats:
     @property
     def tokens_per_second(self) -> float:
         return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def record(self, accepted: np.ndarray, tree_size: int, new_tokens: int, **stage_seconds: float) -> None:
+        """One step: tokens emitted per active row (bonus included), nodes per row sent, tokens kept."""
+        self.steps += 1
+        self.accepted_lengths += accepted.tolist()
+        self.tree_sizes += [tree_size] * len(accepted)
+        self.new_tokens += new_tokens
+        for name, seconds in stage_seconds.items():
+            self.stage_seconds[name] += seconds
 
     def to_dict(self) -> dict:
         return {"steps": self.steps, "new_tokens": self.new_tokens, "mean_accepted_length": self.mean_accepted_length,
@@ -110,12 +119,8 @@ class SpeculativeGenerator:
             self.supplier.commit(acc)
             emitted = state.append(acc)
             t4 = time.perf_counter()
-            stats.steps += 1
-            stats.accepted_lengths += (acc.host_num_accepted[active] + 1).tolist()
-            stats.tree_sizes += [tree.size] * int(active.sum())
-            stats.new_tokens += int(emitted.sum())
-            for name, dt in (("propose", t1 - t0), ("filter", t2 - t1), ("verify", t3 - t2), ("commit", t4 - t3)):
-                stats.stage_seconds[name] += dt
+            stats.record(acc.host_num_accepted[active] + 1, tree.size, int(emitted.sum()),
+                         propose=t1 - t0, filter=t2 - t1, verify=t3 - t2, commit=t4 - t3)
         stats.seconds = time.perf_counter() - t_begin
         return GenerateOutput(state.sequences(), stats)
 
