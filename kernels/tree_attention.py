@@ -72,7 +72,7 @@ def _tree_attention_kernel(
 
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [M]: row r is node r // GROUP, head kvh * GROUP + r % GROUP
     row_ok = rows < T * GROUP
-    t = rows // GROUP
+    t = (rows // GROUP).to(tl.int64)  # t * stride_qt passes 2^31 for a prompt of 256k at Hq * D = 8192
     head = kvh * GROUP + rows % GROUP
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < D

@@ -76,7 +76,8 @@ def test_triton_strided_inputs_and_determinism():
     wide = torch.zeros(5, 80, device=DEVICE)
     wide[:, ::2] = hidden
     weight_t = weight.t().contiguous().t()  # column-major LM head, as a transposed embedding would be
-    out = token_logprob(wide[:, ::2], weight_t, targets.to(torch.int32), backend="triton")
+    columns = torch.stack([targets, targets.flip(0)], 1).to(torch.int32)  # targets as a strided column
+    out = token_logprob(wide[:, ::2], weight_t, columns[:, 0], backend="triton")
     torch.testing.assert_close(out.double(), exact(hidden, weight, targets), atol=1e-5, rtol=1e-5)
     assert torch.equal(out, token_logprob(wide[:, ::2], weight_t, targets, backend="triton"))
 
@@ -88,7 +89,7 @@ def test_triton_from_logits(dtype, atol, rtol, N, V):
     gen = torch.Generator().manual_seed(N * V)
     logits = (4.0 * torch.randn(V, N, generator=gen)).to(dtype).to(DEVICE).t()  # non-contiguous [N, V]
     targets = torch.randint(0, V, (N,), generator=gen).to(DEVICE)
-    out = token_logprob_from_logits(logits, targets, backend="triton")
+    out = token_logprob_from_logits(logits, torch.stack([targets, targets], 1)[:, 1], backend="triton")  # strided
     torch.testing.assert_close(out.double(), token_logprob_from_logits_ref(logits.double(), targets),
                                atol=atol, rtol=rtol)
 
@@ -156,8 +157,8 @@ def test_path_mean_triton(T):
     padding = torch.arange(T, device=DEVICE) >= num_nodes.to(DEVICE)[:, None]
     assert (out[padding] == 0).all() and (out[:, 0] == 0).all()
     chain_parents = (torch.arange(T, device=DEVICE) - 1)[None].expand(2, T).to(torch.int32)
-    chain = path_mean(logp[:2].t().contiguous().t(), chain_parents, torch.tensor([T, 1], device=DEVICE),
-                      backend="triton")
+    strided_nodes = torch.tensor([[T, T], [1, T]], device=DEVICE)[:, 0]  # num_nodes [T, 1] as a strided view
+    chain = path_mean(logp[:2].t().contiguous().t(), chain_parents, strided_nodes, backend="triton")
     torch.testing.assert_close(chain, path_mean_ref(logp[:2], chain_parents, torch.tensor([T, 1], device=DEVICE)))
     star_parents = torch.where(torch.arange(T, device=DEVICE) > 0, 0, -1)[None]
     star = path_mean(logp[:1], star_parents, torch.tensor([T], device=DEVICE), backend="triton")

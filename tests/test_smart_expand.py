@@ -198,7 +198,9 @@ def test_triton_one_hot_exact(small_tiles):
     # row 0: P = 0.905, 0.741, 0.497; L/C: 1/1.1, 1.905/1.2, 2.646/1.3 -> all three pass (ratio P/0.1)
     # row 1: P = 0.819 passes (8.19 > 2/1.4); P = 0.082: 0.82 < 2.819/1.5 -> stop
     assert out.keep.sum(-1).tolist() == [3, 1]
-    assert_same(out, smart_expand_ref(**c, k=k, alpha=1.0, budget=50, benefit="expected"), atol=0.0, rtol=0.0)
+    # logp is exact (checked above); expected_len sums exp(logp), and a GPU's tl.exp (ex2.approx) may differ
+    # from torch's exp in the last bit.
+    assert_same(out, smart_expand_ref(**c, k=k, alpha=1.0, budget=50, benefit="expected"), atol=0.0, rtol=1e-6)
 
 
 @needs_triton

@@ -145,7 +145,8 @@ def test_reads_no_slot_outside_prefix_and_tree(num_splits):
 
 
 def test_noncontiguous_inputs_and_out():
-    """Strided q/k/v/mask views (the HF layouts are transposes) and a strided `out` are honoured."""
+    """Strided q/k/v/mask views (the HF layouts are transposes), strided start/length and a strided `out`
+    are honoured."""
     dtype, atol, rtol = FP32
     B, Hq, Hkv, T, D, P = 2, 4, 2, 7, 16, 30
     tree = make_tree("random", B, T, seed=5)
@@ -159,8 +160,9 @@ def test_noncontiguous_inputs_and_out():
     assert res.data_ptr() == out.data_ptr()
     want = ops.tree_attention(q0, k0, v0, start, length, tree.ancestor_mask, backend="torch")
     torch.testing.assert_close(out, want, atol=atol, rtol=rtol)
-    split = ops.tree_attention(q, k, v, start.to(torch.int32), length.to(torch.int32), mask, backend="triton",
-                               num_splits=2, out=torch.empty_like(out))
+    bounds = torch.stack([start, length], 1).to(torch.int32)  # [B, 2]: start, length as strided columns
+    split = ops.tree_attention(q, k, v, bounds[:, 0], bounds[:, 1], mask, backend="triton", num_splits=2,
+                               out=torch.empty_like(out))
     torch.testing.assert_close(split, want, atol=atol, rtol=rtol)
 
 
@@ -200,9 +202,13 @@ import torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.runtime import jit
 from specdec import ops
+from specdec.ops import logprob
 from specdec.ops.tree_attention import kernel_module
 
-kernel_module("tree_attention"), kernel_module("tree_metadata")  # compiled kernels, not interpreted ones
+for name in ("tree_attention", "tree_metadata", "smart_expand", "logprob"):
+    kernel_module(name)  # compiled kernels, not interpreted ones
+matmul_tiles = logprob._matmul_tiles
+logprob._matmul_tiles = lambda device, N, dtype: matmul_tiles(torch.device("cuda"), N, dtype)  # the GPU tiles
 
 class HopperWithoutGpu:  # what Triton's JIT asks of a driver before it would launch
     def get_current_device(self): return 0
@@ -218,12 +224,20 @@ jit.JITFunction.run = lambda self, *a, grid, warmup, **kw: print(
 os.environ["TRITON_INTERPRET"] = "1"  # lets the launchers' backend check pass; the kernels stay compiled ones
 for dtype, B, Hq, Hkv, T, D, S, W, splits in (
         (torch.bfloat16, 4, 32, 8, 64, 128, 1376, 2, 1), (torch.float16, 1, 32, 8, 16, 128, 4112, 1, 8),
-        (torch.float32, 4, 32, 8, 64, 128, 1376, 2, 3), (torch.float32, 1, 4, 1, 1, 16, 9, 1, 1)):
+        (torch.float32, 4, 32, 8, 64, 128, 1376, 2, 3), (torch.float32, 1, 4, 1, 1, 16, 9, 1, 1),
+        (torch.bfloat16, 1, 8, 2, 64, 256, 600, 2, 1)):  # D 256: shared memory must still fit
     q = torch.zeros(B, Hq, T, D, dtype=dtype)
     kv = torch.zeros(B, Hkv, S, D, dtype=dtype)
     ops.tree_attention(q, kv, kv, torch.zeros(B, dtype=torch.int32), torch.zeros(B, dtype=torch.int32),
                        torch.zeros(B, T, W, dtype=torch.int32), backend="triton", num_splits=splits)
 ops.tree_metadata(torch.full((4, 256), -1), torch.full((4,), 256), backend="triton")
+z = torch.zeros
+ops.smart_expand(z(4, 8, 32000, dtype=torch.bfloat16), z(4, 8), torch.ones(4, dtype=torch.int64), torch.ones(4),
+                 torch.ones(4), z(5), k=8, alpha=0.8, budget=64, backend="triton")
+ops.token_logprob(z(256, 576, dtype=torch.bfloat16), z(49152, 576, dtype=torch.bfloat16),
+                  z(256, dtype=torch.int64), backend="triton")
+ops.token_logprob_from_logits(z(4, 32000, dtype=torch.bfloat16), z(4, dtype=torch.int64), backend="triton")
+ops.path_mean(z(4, 256), torch.full((4, 256), -1), torch.full((4,), 256), backend="triton")
 """
 
 
@@ -236,7 +250,7 @@ def test_kernels_compile_for_hopper_without_a_gpu():
     run = subprocess.run([sys.executable, "-c", HOPPER_COMPILE], capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.splitlines()
-    assert len(lines) == 7, run.stdout  # 4 attention launches, 2 merges, 1 metadata
+    assert len(lines) == 15, run.stdout  # 5 attention launches, 2 merges, metadata, K2 (2), K3 (2 + 2 merges, 1)
     for line in lines:
         name, *_, shared, wgmma = line.split()
         assert int(shared) <= 227 * 1024, line

@@ -63,7 +63,8 @@ def test_noncontiguous_parents():
     parents, num_nodes = ragged_parents(3, 33, seed=1)
     strided = parents.t().contiguous().t()
     assert not strided.is_contiguous()
-    for got, want in zip(ops.tree_metadata(strided, num_nodes, backend="triton"),
+    nodes_col = torch.stack([num_nodes, torch.ones_like(num_nodes)], 1)[:, 0]  # a strided [B] view
+    for got, want in zip(ops.tree_metadata(strided, nodes_col, backend="triton"),
                          ops.tree_metadata(parents, num_nodes, backend="torch")):
         assert torch.equal(got, want)
 

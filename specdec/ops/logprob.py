@@ -69,8 +69,8 @@ def token_logprob(
     splits, per_split = _splits(hidden.device, math.ceil(N / block_n), math.ceil(V / block_v))
     parts = torch.empty(3, splits, N, dtype=torch.float32, device=hidden.device)
     kernel_module("logprob")._token_logprob_kernel[(math.ceil(N / block_n), splits)](
-        hidden, weight, weight if bias is None else bias, targets, parts[0], parts[1], parts[2], N, V, D,
-        *hidden.stride(), *weight.stride(), per_split,
+        hidden, weight, weight if bias is None else bias.contiguous(), targets.contiguous(),  # read at unit stride
+        parts[0], parts[1], parts[2], N, V, D, *hidden.stride(), *weight.stride(), per_split,
         HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_V=block_v, BLOCK_D=block_d,
         DOT_PRECISION="ieee" if hidden.dtype == torch.float32 else "tf32", num_warps=warps, num_stages=stages)
     return _merge(parts, out)
@@ -99,7 +99,7 @@ def token_logprob_from_logits(logits: Tensor, targets: Tensor, *, validate: bool
     splits, per_split = _splits(logits.device, N, math.ceil(V / block_v))
     parts = torch.empty(3, splits, N, dtype=torch.float32, device=logits.device)
     kernel_module("logprob")._logits_logprob_kernel[(N, splits)](
-        logits, targets, parts[0], parts[1], parts[2], N, V, *logits.stride(), per_split, BLOCK_V=block_v,
+        logits, targets.contiguous(), parts[0], parts[1], parts[2], N, V, *logits.stride(), per_split, BLOCK_V=block_v,
         num_warps=8 if logits.device.type == "cuda" else 1)
     return _merge(parts, out)
 
@@ -140,7 +140,7 @@ def path_mean(logp: Tensor, parents: Tensor, num_nodes: Tensor, *, validate: boo
     if B:
         block_t = 1 << (T - 1).bit_length()
         kernel_module("logprob")._path_mean_kernel[(B,)](
-            logp, parents, num_nodes, out, T, *logp.stride(), *parents.stride(),
+            logp, parents, num_nodes.contiguous(), out, T, *logp.stride(), *parents.stride(),
             BLOCK_T=block_t, ROUNDS=max(1, math.ceil(math.log2(T))), num_warps=4 if block_t >= 512 else 1)
     return out
 

@@ -150,7 +150,7 @@ def _tree_attention_triton(
                 DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # fp32 stays fp32, never TF32
                 num_warps=num_warps, num_stages=num_stages)
     grid = (m_tiles, B * Hkv, splits)
-    common = (q, k, v, start, length, tree_mask)
+    common = (q, k, v, start.contiguous(), length.contiguous(), tree_mask)  # the kernel reads start[b] at b
     sizes = (scale * _LOG2E, T, S, tree_mask.shape[2], D, Hkv)
     strides = (*q.stride(), *k.stride(), *v.stride(), *tree_mask.stride())
     if splits == 1:  # straight into `out`: no split axis (stride 0), no log-sum-exp (lse_ptr unused)
@@ -177,11 +177,13 @@ def _tile_config(dtype: torch.dtype, rows: int, D: int) -> tuple[int, int, int, 
     exactly on CUDA cores ("ieee"), which keep whole operand tiles in registers: 32 x 32 tiles, 8 warps
     from D = 64 (about 500 bytes of spills at D = 128 instead of 3.6 KB with 64 rows and 4 warps),
     and no software pipelining. BLOCK_N is a multiple of 32 so a tree tile covers whole mask words.
+    Head dims above 128 (padded to 256) keep two stages: three need 256 KiB of shared memory at 128 rows,
+    over Hopper's 227 KiB, and the launch fails (two: 192 KiB; compiled for sm_90, Triton 3.6 and 3.9).
     """
     if dtype == torch.float32:
         return min(32, max(16, _next_power_of_2(rows))), 32, 8 if D >= 64 else 4, 1
     block_m = min(128, max(16, _next_power_of_2(rows)))
-    return block_m, 64, 8 if block_m >= 128 else 4, 3
+    return block_m, 64, 8 if block_m >= 128 else 4, 3 if D <= 128 else 2
 
 
 def _pick_num_splits(programs: int, S: int, device: torch.device) -> int:

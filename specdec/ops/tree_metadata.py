@@ -51,9 +51,10 @@ def tree_metadata(parents: Tensor, num_nodes: Tensor, *, backend: str = "auto") 
     mask = torch.empty(B, T, W, dtype=torch.int32, device=parents.device)
     block_t = 1 << (T - 1).bit_length()
     block_w = 1 << (W - 1).bit_length()
-    # One warp keeps the per-node reductions inside a warp (no barriers) for the usual trees (<= 128 nodes).
+    # One warp keeps the per-node reductions inside a warp (no barriers) for trees up to 64 nodes; more
+    # nodes x mask words get more warps (128 nodes: 2).
     num_warps = max(1, min(8, block_t * block_w // 256))
     kernel_module("tree_metadata")._tree_metadata_kernel[(B,)](
-        parents, num_nodes, depth, mask, T, W, *parents.stride(), *depth.stride(), *mask.stride(),
+        parents, num_nodes.contiguous(), depth, mask, T, W, *parents.stride(), *depth.stride(), *mask.stride(),
         BLOCK_T=block_t, BLOCK_W=block_w, num_warps=num_warps)
     return depth, mask
