@@ -21,7 +21,7 @@ import functools
 
 import pytest
 import torch
-from conftest import measure
+from conftest import measure, peak_memory
 
 from specdec import ops
 
@@ -56,18 +56,6 @@ def make_inputs(b: int, f: int, v: int, dtype: torch.dtype, device: str) -> dict
 
 
 BASELINE: dict[tuple, float] = {}  # torch median per shape, this run
-
-
-def peak_memory(fn) -> dict:
-    """Peak allocated bytes of one call (after a warm call and a reset), and the part above the inputs."""
-    fn()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    fn()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated()
-    return dict(peak_mem_mib=peak / 2**20, workspace_mib=(peak - before) / 2**20)
 
 
 @pytest.mark.parametrize("provider, b, f, k, v, dtype", cases())

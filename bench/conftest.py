@@ -42,6 +42,18 @@ def measure(benchmark, fn, *, rounds: int = 20, warmup: int = 3, **row) -> dict:
     return row
 
 
+def peak_memory(fn) -> dict:
+    """Peak allocated bytes of one call (after a warm call and a reset), and the part above the inputs."""
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    return dict(peak_mem_mib=peak / 2**20, workspace_mib=(peak - before) / 2**20)
+
+
 def pytest_sessionfinish(session, exitstatus):
     if not ROWS:
         return
