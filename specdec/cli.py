@@ -189,7 +189,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
            "all_identical": all(r.identical_to_ar for r in results)}
     (args.out / "demo.json").write_text(json.dumps(doc, indent=1))
     plots = harness.plot_results(results, args.out, f"specdec demo pair on {env['device']}")
-    (args.out / "demo.png").write_bytes(plots[0].read_bytes())
+    plots[0].replace(args.out / "demo.png")
     print(f"wrote {args.out / 'demo.json'} and {args.out / 'demo.png'}")
     return 0 if doc["all_identical"] else 1
 
