@@ -21,10 +21,10 @@ from .models import DTYPES, load_model, load_tokenizer
 MODEL_HELP = "a local path, a hub id, demo-target / demo-draft (the embedded pair) or smollm2"
 
 
-def add_tree_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--depth", type=int, default=5, help="draft depth (chain and tree)")
-    parser.add_argument("--topk", type=int, default=4, help="children per frontier node (tree)")
-    parser.add_argument("--total-tokens", type=int, default=32, help="tree size, root included (tree)")
+def add_tree_options(parser: argparse.ArgumentParser, depth: int = 5, topk: int = 4, total_tokens: int = 32) -> None:
+    parser.add_argument("--depth", type=int, default=depth, help="draft depth (chain and tree)")
+    parser.add_argument("--topk", type=int, default=topk, help="children per frontier node (tree)")
+    parser.add_argument("--total-tokens", type=int, default=total_tokens, help="tree size, root included (tree)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     demo.add_argument("--out", type=Path, default=Path("specdec-demo"), help="where demo.json and demo.png go")
     demo.add_argument("--quick", action="store_true", help="2 prompts, 16 new tokens (a smoke test)")
-    add_tree_options(demo)
+    # The demo pair's best tree on a 2-core CPU among those measured (README: "The embedded demo pair").
+    add_tree_options(demo, depth=4, topk=2, total_tokens=10)
 
     bench = sub.add_parser("bench", help="methods x prompt sets x batch sizes, to CSV/JSON and plots")
     bench.add_argument("--target", default="demo-target", help=MODEL_HELP)
