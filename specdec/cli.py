@@ -88,19 +88,6 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
     return prompts
 
 
-def merge_stats(parts: list[Stats]) -> dict:
-    total = Stats()
-    for s in parts:
-        total.steps += s.steps
-        total.new_tokens += s.new_tokens
-        total.accepted_lengths += s.accepted_lengths
-        total.tree_sizes += s.tree_sizes
-        total.seconds += s.seconds
-        for k, v in s.stage_seconds.items():
-            total.stage_seconds[k] += v
-    return total.to_dict()
-
-
 def cmd_generate(args: argparse.Namespace) -> int:
     if args.max_new_tokens <= 0:
         raise ValueError(f"--max-new-tokens: expected > 0, got {args.max_new_tokens}")
@@ -125,7 +112,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         for prompt, row in zip(batch, new):
             results.append({"prompt": prompt, "completion": tokenizer.decode(row, skip_special_tokens=True)})
         stats.append(out.stats)
-    summary = merge_stats(stats)
+    summary = Stats.merge(stats).to_dict()
     if args.json:
         print(json.dumps({"method": args.method, "results": results, "stats": summary}, indent=1))
         return 0

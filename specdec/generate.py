@@ -65,6 +65,20 @@ class Stats:
         for name, seconds in stage_seconds.items():
             self.stage_seconds[name] += seconds
 
+    @classmethod
+    def merge(cls, parts: list["Stats"]) -> "Stats":
+        """The stats of several `generate` calls as one (times and counts add up, per-step lists join)."""
+        total = cls()
+        for s in parts:
+            total.steps += s.steps
+            total.new_tokens += s.new_tokens
+            total.accepted_lengths += s.accepted_lengths
+            total.tree_sizes += s.tree_sizes
+            total.seconds += s.seconds
+            for name, seconds in s.stage_seconds.items():
+                total.stage_seconds[name] += seconds
+        return total
+
     def to_dict(self) -> dict:
         return {"steps": self.steps, "new_tokens": self.new_tokens, "mean_accepted_length": self.mean_accepted_length,
                 "mean_tree_size": self.mean_tree_size, "accepted_histogram": self.accepted_histogram,

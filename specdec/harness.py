@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .generate import SpeculativeGenerator
+from .generate import SpeculativeGenerator, Stats
 from .suppliers import ARSupplier, DraftSupplier, PromptLookupSupplier, Supplier
 
 __all__ = ["METHODS", "PROMPT_SETS", "MethodResult", "environment", "load_prompts", "make_supplier", "run_method",
@@ -144,15 +144,10 @@ def run_method(target: PreTrainedModel, supplier: Supplier, prompts: list[list[i
             seconds += time.perf_counter() - t0  # generate ends with a host sync: the work is done
         outputs += out.sequences[:, width:].tolist()
         stats.append(out.stats)
-    accepted = [n for s in stats for n in s.accepted_lengths]
-    sizes = [n for s in stats for n in s.tree_sizes]
-    new_tokens = sum(s.new_tokens for s in stats)
-    histogram: dict[int, int] = {}
-    for n in accepted:
-        histogram[n] = histogram.get(n, 0) + 1
-    result = MethodResult(method, prompt_set, batch_size, len(prompts), new_tokens, seconds,
-                          new_tokens / seconds if seconds else 0.0, sum(accepted) / max(1, len(accepted)),
-                          sum(sizes) / max(1, len(sizes)), dict(sorted(histogram.items())))
+    total = Stats.merge(stats)
+    result = MethodResult(method, prompt_set, batch_size, len(prompts), total.new_tokens, seconds,
+                          total.new_tokens / seconds if seconds else 0.0, total.mean_accepted_length,
+                          total.mean_tree_size, total.accepted_histogram)
     return result, outputs
 
 
