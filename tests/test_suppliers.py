@@ -9,7 +9,7 @@ import torch
 import specdec
 from conftest import make_model, ragged_prompts
 from specdec.state import DecodeState
-from specdec.suppliers.prompt_lookup import _trie
+from specdec.suppliers.trie import prefix_trie
 
 
 def state_for(ids, mask, capacity=64):
@@ -41,10 +41,11 @@ def test_prompt_lookup_without_match_is_root_only_and_batches_are_ragged():
 
 def test_trie_merges_equal_prefixes():
     cont = np.array([[[1, 2, 3], [1, 2, 4], [1, 5, -1], [-1, -1, -1]]])
-    tokens, parents, nodes = _trie(cont)
-    assert nodes.tolist() == [6]
-    assert tokens[0, 1:].tolist() == [1, 2, 5, 3, 4]
-    assert parents[0].tolist() == [-1, 0, 1, 1, 2, 2]
+    trie = prefix_trie(cont)
+    assert trie.num_nodes.tolist() == [6]
+    assert trie.tokens[0, 1:].tolist() == [1, 2, 5, 3, 4]
+    assert trie.parents[0].tolist() == [-1, 0, 1, 1, 2, 2]
+    assert trie.counts[0].tolist() == [3, 3, 2, 1, 1, 1]
 
 
 @pytest.mark.parametrize("mode, depth, topk, total", [("chain", 4, 1, 5), ("tree", 3, 2, 6), ("tree", 4, 3, 20),

@@ -16,6 +16,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..state import DecodeState
 from ..tree import TreeBatch
 from .base import Supplier
+from .trie import prefix_trie
 
 __all__ = ["PromptLookupSupplier"]
 
@@ -36,11 +37,11 @@ class PromptLookupSupplier(Supplier):
 
     def propose(self, state: DecodeState) -> TreeBatch:
         cont = self._continuations(state.history, state.host_start, state.history_len)  # [B, M, K]
-        tokens, parents, num_nodes = _trie(cont)
-        tok = torch.from_numpy(tokens).to(state.root.device)
+        trie = prefix_trie(cont)
+        tok = torch.from_numpy(trie.tokens).to(state.root.device)
         tok[:, 0] = state.root
-        return TreeBatch(tok, torch.from_numpy(parents).to(tok.device),
-                         torch.from_numpy(num_nodes).to(tok.device),
+        return TreeBatch(tok, torch.from_numpy(trie.parents).to(tok.device),
+                         torch.from_numpy(trie.num_nodes).to(tok.device),
                          max_depth=self.num_pred)
 
     def _continuations(self, history: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
@@ -70,30 +71,3 @@ class PromptLookupSupplier(Supplier):
             found |= hit.any(1)
         return out
 
-
-def _trie(cont: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Merge [B, M, K] continuations (-1 padded) into breadth-first tries under a root.
-
-    Returns tokens [B, T] (column 0: placeholder for the root), parents [B, T] and num_nodes [B].
-    Node (m, j) is the j-th token of continuation m; it is the same node as (m', j) when the two
-    continuations agree up to j, and the first such m' represents it.
-    """
-    B, M, K = cont.shape
-    valid = cont >= 0  # a continuation is a prefix of valid tokens
-    agree = np.cumprod((cont[:, :, None, :] == cont[:, None, :, :]) & valid[:, :, None, :], axis=-1).astype(bool)
-    canon = agree.argmax(2)  # [B, M, K]: first m' agreeing with m up to j (m itself at worst)
-    own = valid & (canon == np.arange(M)[None, :, None])
-    order = own.transpose(0, 2, 1).reshape(B, K * M)  # breadth first: depth-major, then match order
-    index = np.cumsum(order, axis=1) * order  # 1-based node number, 0 when not a node
-    index = index.reshape(B, K, M).transpose(0, 2, 1)  # [B, M, K]
-    num_nodes = 1 + own.sum((1, 2))
-    T = int(num_nodes.max())
-    tokens = np.zeros((B, T), dtype=np.int64)
-    parents = np.full((B, T), -1, dtype=np.int64)
-    b, m, j = np.nonzero(own)
-    node = index[b, m, j]
-    tokens[b, node] = cont[b, m, j]
-    up = np.where(j > 0, index[b, canon[b, m, np.maximum(j - 1, 0)], np.maximum(j - 1, 0)], 0)
-    parents[b, node] = up
-    parents[:, 0] = -1
-    return tokens, parents, num_nodes.astype(np.int64)
