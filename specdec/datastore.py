@@ -1,0 +1,295 @@
+"""A token datastore for retrieval (REST): a corpus as one int32 token array plus its suffix array.
+
+Layout of a datastore directory::
+
+    datastore.json      header: format, version, tokenizer name, vocabulary hash and size, counts, sources
+    tokens.npy          [N] int32: every document's tokens followed by SEPARATOR (-1)
+    suffix_array.npy    [N] int32 (int64 past 2^31 tokens): start positions of the suffixes in sorted order
+
+The separator is -1, which is no token id: a query (a context suffix, ids >= 0) can never match across it,
+and a continuation read past a document's end meets it and stops, since -1 is also the padding value of
+continuations. Both arrays are written with `np.save` (never pickle) and opened memory-mapped, so a store
+larger than memory is paged in on demand. The suffix array comes from `pydivsufsort`, which sorts int32
+arrays as big-endian bytes (any vocabulary up to 2^31 ids; -1 sorts below every token).
+
+Queries are host-side numpy, vectorised over rows and suffix lengths: one binary search per (row, length)
+over the suffix array, all advanced together for ceil(log2 N) rounds, each round gathering <= 16 tokens
+per search from the memory map.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Union
+
+import numpy as np
+
+from ._corpus import Source, collect_documents
+
+__all__ = ["Datastore", "Match", "SEPARATOR", "vocab_hash"]
+
+FORMAT = "specdec-datastore"
+VERSION = 1
+SEPARATOR = -1
+HEADER, TOKENS, SUFFIXES = "datastore.json", "tokens.npy", "suffix_array.npy"
+PathLike = Union[str, os.PathLike]
+
+
+def vocab_hash(tokenizer) -> str:
+    """sha256 of the tokenizer's vocabulary (token string -> id, added tokens included)."""
+    items = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    return hashlib.sha256(json.dumps(items, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Match:
+    """The longest matched context suffix of each row.
+
+    length: [B] int64, matched suffix length n (0: no match); lo, hi: [B] int64, the suffix-array range
+    [lo, hi) of its occurrences (empty when length is 0).
+    """
+
+    length: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+class Datastore:
+    """An opened datastore: `tokens` [N] int32 and `suffix_array` [N] (memory maps), `header` (dict)."""
+
+    def __init__(self, path: Path, header: dict, tokens: np.ndarray, suffix_array: np.ndarray):
+        self.path, self.header, self.tokens, self.suffix_array = path, header, tokens, suffix_array
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def build(cls, tokenizer, sources: Iterable[Source], out_dir: PathLike, *, texts: Iterable[str] = (),
+              vocab_size: int | None = None, text_field: str = "text", progress: bool = True) -> "Datastore":
+        """Tokenise `sources` and `texts` with `tokenizer` and write a datastore to `out_dir`.
+
+        sources: text or code files; folders (their text files, recursively, in sorted order); `.jsonl`
+                 files (one document per line, from `text_field`); `.npy` files or 1-D integer arrays of
+                 token ids (one document each). texts: strings, one document each (e.g. model answers).
+        tokenizer: a Hugging Face tokenizer; None only when every source is a token array, and then
+                 `vocab_size` bounds the ids.
+        """
+        out = Path(out_dir)
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"out_dir: {out} exists and is not a folder")
+        size = _vocab_size(tokenizer, vocab_size)
+        docs, names = collect_documents(tokenizer, sources, texts, size, text_field=text_field, progress=progress)
+        if not docs:
+            raise ValueError("sources: no documents found (empty files and folders without text files count as none)")
+        header = {"format": FORMAT, "version": VERSION, "separator": SEPARATOR,
+                  "tokenizer": None if tokenizer is None else str(tokenizer.name_or_path),
+                  "vocab_hash": None if tokenizer is None else vocab_hash(tokenizer), "vocab_size": size,
+                  "documents": len(docs), "sources": names}
+        return cls._write(out, _join(docs), header)
+
+    def extend(self, tokenizer, sources: Iterable[Source] = (), *, texts: Iterable[str] = (),
+               text_field: str = "text", progress: bool = False) -> "Datastore":
+        """Append documents (e.g. past responses) and rebuild the suffix array, in place on disk and here.
+
+        The tokenizer must match the one the store was built with. Other `Datastore` objects opened on the
+        same folder keep reading the previous arrays (replaced files stay mapped) until reopened.
+        """
+        self.check_tokenizer(tokenizer)
+        docs, names = collect_documents(tokenizer, sources, texts, self.vocab_size, text_field=text_field,
+                                        progress=progress)
+        if not docs:
+            return self
+        tokens = np.concatenate([np.asarray(self.tokens), _join(docs)])
+        header = {**self.header, "documents": self.header["documents"] + len(docs),
+                  "sources": self.header["sources"] + names}
+        fresh = self._write(self.path, tokens, header)
+        self.header, self.tokens, self.suffix_array = fresh.header, fresh.tokens, fresh.suffix_array
+        return self
+
+    @classmethod
+    def _write(cls, out: Path, tokens: np.ndarray, header: dict) -> "Datastore":
+        from pydivsufsort import divsufsort
+
+        t0 = time.perf_counter()
+        suffixes = divsufsort(tokens)  # int32 below 2^31 tokens, int64 above
+        out.mkdir(parents=True, exist_ok=True)
+        # Arrays first under temporary names, header last: a crash leaves the old store or no header.
+        for name, array in ((TOKENS, tokens), (SUFFIXES, suffixes)):
+            with open(out / f".{name}.tmp", "wb") as f:
+                np.save(f, array, allow_pickle=False)
+            os.replace(out / f".{name}.tmp", out / name)
+        header = {**header, "num_tokens": int(tokens.size), "suffix_dtype": str(suffixes.dtype),
+                  "suffix_seconds": round(time.perf_counter() - t0, 3),
+                  "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        (out / f".{HEADER}.tmp").write_text(json.dumps(header, indent=1))
+        os.replace(out / f".{HEADER}.tmp", out / HEADER)
+        return cls.open(out)
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def open(cls, path: PathLike, *, tokenizer=None) -> "Datastore":
+        """Memory-map a datastore folder; with `tokenizer`, check it is the one the store was built with.
+
+        Raises ValueError for a missing or foreign header, a tokenizer mismatch, and arrays that are
+        truncated, corrupt or inconsistent with the header.
+        """
+        path = Path(path)
+        header = _read_header(path)
+        n = header["num_tokens"]
+        tokens = _load(path / TOKENS, (n,), ("int32",))
+        suffixes = _load(path / SUFFIXES, (n,), ("int32", "int64"))
+        # Cheap consistency checks (no full pass over a large store): every document ends with the
+        # separator, and the one-token suffix [-1] at the very end sorts first.
+        if n == 0 or tokens[-1] != SEPARATOR or suffixes[0] != n - 1:
+            raise ValueError(f"path: {path} has arrays that do not belong together (corrupt or mixed stores)")
+        store = cls(path, header, tokens, suffixes)
+        if tokenizer is not None:
+            store.check_tokenizer(tokenizer)
+        return store
+
+    def check_tokenizer(self, tokenizer) -> None:
+        """ValueError unless `tokenizer` has the vocabulary this store was built with."""
+        built_with = self.header["tokenizer"]
+        if self.header["vocab_hash"] is None:
+            size = len(tokenizer)
+            if size != self.vocab_size:
+                raise ValueError(f"tokenizer: {size} tokens, the datastore at {self.path} was built from token arrays "
+                                 f"over a vocabulary of {self.vocab_size}")
+            return
+        if vocab_hash(tokenizer) != self.header["vocab_hash"]:
+            raise ValueError(f"tokenizer: {tokenizer.name_or_path!r} ({len(tokenizer)} tokens) does not match the "
+                             f"datastore at {self.path}, built with {built_with!r} ({self.vocab_size} tokens): "
+                             "vocabulary hashes differ")
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.header["num_tokens"])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.header["vocab_size"])
+
+    def info(self) -> dict:
+        """The header plus sizes on disk (what `specdec datastore info` prints)."""
+        files = {name: (self.path / name).stat().st_size for name in (HEADER, TOKENS, SUFFIXES)}
+        return {**self.header, "path": str(self.path), "bytes": files, "total_bytes": sum(files.values())}
+
+    # ------------------------------------------------------------------ queries
+    def longest_match(self, context: np.ndarray, *, max_suffix: int = 16, min_suffix: int = 2) -> Match:
+        """Per row, the longest suffix of `context` (max_suffix down to min_suffix tokens) in the store.
+
+        context: [B, L] int64, each row's last tokens right-aligned, -1 left padding for short rows; a
+        suffix that reaches into the padding is not tried.
+        """
+        B, L = context.shape
+        lengths = np.arange(max_suffix, min_suffix - 1, -1)  # [Ln], longest first
+        cols = L - lengths[:, None] + np.arange(max_suffix)[None, :]  # [Ln, max_suffix]
+        inside = (cols < L) & (cols >= 0)
+        query = np.where(inside[None], context[:, np.clip(cols, 0, L - 1)], 0)  # [B, Ln, max_suffix]
+        usable = ((query >= 0) | ~inside[None]).all(-1) & (lengths <= L)[None, :]  # [B, Ln]
+        qlen = np.broadcast_to(lengths, (B, lengths.size)).ravel()
+        lo, hi = self._ranges(query.reshape(-1, max_suffix), qlen)
+        lo, hi = lo.reshape(B, -1), hi.reshape(B, -1)
+        found = usable & (hi > lo)
+        best = found.argmax(1)  # the longest length that matched
+        rows = np.arange(B)
+        any_found = found.any(1)
+        return Match(np.where(any_found, lengths[best], 0).astype(np.int64),
+                     np.where(any_found, lo[rows, best], 0), np.where(any_found, hi[rows, best], 0))
+
+    def continuations(self, match: Match, *, max_matches: int = 5000, length: int = 10) -> np.ndarray:
+        """[B, M, K] int64: up to M = max_matches continuations of K = `length` tokens per row, -1 padded.
+
+        When a suffix occurs more than `max_matches` times, the occurrences are taken evenly spaced over
+        its suffix-array range (REST takes the first ones, which are the lexicographically smallest
+        continuations, a biased sample). Rows stay in suffix-array order, i.e. lexicographically sorted.
+        A continuation stops at the separator (the end of its document).
+        """
+        count = np.where(match.length > 0, match.hi - match.lo, 0)  # [B]
+        take = np.minimum(count, max_matches)
+        M = max(int(take.max()), 1)
+        j = np.arange(M)[None, :]
+        valid = j < take[:, None]  # [B, M]
+        rank = match.lo[:, None] + (j * count[:, None]) // np.maximum(take, 1)[:, None]
+        start = np.asarray(self.suffix_array[np.where(valid, rank, 0)], dtype=np.int64) + match.length[:, None]
+        idx = start[:, :, None] + np.arange(length)[None, None, :]  # [B, M, K]
+        n = self.num_tokens
+        tok = np.asarray(self.tokens[np.minimum(idx, n - 1)], dtype=np.int64)
+        tok = np.where(valid[:, :, None] & (idx < n), tok, SEPARATOR)
+        return np.where(np.cumprod(tok >= 0, axis=-1).astype(bool), tok, -1)
+
+    def _ranges(self, query: np.ndarray, qlen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Suffix-array ranges [lo, hi) of the suffixes starting with query[s, :qlen[s]]. query: [S, L]."""
+        S = query.shape[0]
+        n = self.num_tokens
+        q, ql = np.concatenate([query, query]), np.concatenate([qlen, qlen])
+        upper = np.arange(2 * S) >= S  # first half: lower bounds, second half: upper bounds
+        lo, hi = np.zeros(2 * S, dtype=np.int64), np.full(2 * S, n, dtype=np.int64)
+        for _ in range(n.bit_length()):  # ceil(log2(n + 1)) rounds close every interval
+            mid = (lo + hi) // 2
+            c = self._compare(np.asarray(self.suffix_array[np.minimum(mid, n - 1)], dtype=np.int64), q, ql)
+            right = (lo < hi) & np.where(upper, c <= 0, c < 0)
+            left = (lo < hi) & ~right
+            lo, hi = np.where(right, mid + 1, lo), np.where(left, mid, hi)
+        return lo[:S], lo[S:]
+
+    def _compare(self, pos: np.ndarray, q: np.ndarray, qlen: np.ndarray) -> np.ndarray:
+        """[S] in {-1, 0, 1}: sign of (the suffix at pos, cut to qlen tokens) - q[:, :qlen], lexicographic."""
+        L = q.shape[1]
+        idx = pos[:, None] + np.arange(L)[None, :]
+        n = self.num_tokens
+        window = np.where(idx < n, self.tokens[np.minimum(idx, n - 1)], -2)  # past the end sorts first
+        diff = np.sign(np.where(np.arange(L)[None, :] < qlen[:, None], window - q, 0))
+        first = (diff != 0).argmax(1)
+        return diff[np.arange(len(pos)), first]
+
+
+def _vocab_size(tokenizer, vocab_size: int | None) -> int:
+    if tokenizer is None:
+        if vocab_size is None or vocab_size < 1:
+            raise ValueError(f"vocab_size: needed (an int >= 1) when tokenizer is None, got {vocab_size!r}")
+        return int(vocab_size)
+    size = len(tokenizer)
+    if vocab_size is not None and vocab_size != size:
+        raise ValueError(f"vocab_size: {vocab_size} disagrees with the tokenizer's {size} tokens")
+    if size >= 2**31:
+        raise ValueError(f"tokenizer: {size} tokens do not fit int32 ids")
+    return size
+
+
+def _join(docs: list[np.ndarray]) -> np.ndarray:
+    """[sum(len(d) + 1)] int32: each document followed by the separator."""
+    sep = np.array([SEPARATOR], dtype=np.int32)
+    return np.concatenate([part for d in docs for part in (d.astype(np.int32, copy=False), sep)])
+
+
+def _read_header(path: Path) -> dict:
+    file = path / HEADER
+    if not file.is_file():
+        raise ValueError(f"path: {path} holds no datastore ({HEADER} is missing)")
+    try:
+        header = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"path: {file} is not valid JSON ({err})") from err
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise ValueError(f"path: {file} is not a {FORMAT} header")
+    if header.get("version") != VERSION:
+        raise ValueError(f"path: {file} has format version {header.get('version')!r}; this specdec reads {VERSION}")
+    missing = {"num_tokens", "vocab_size", "vocab_hash", "tokenizer", "documents", "sources"} - set(header)
+    if missing:
+        raise ValueError(f"path: {file} lacks {sorted(missing)}")
+    return header
+
+
+def _load(file: Path, shape: tuple[int, ...], dtypes: tuple[str, ...]) -> np.ndarray:
+    try:
+        array = np.load(file, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError) as err:  # missing, truncated (mmap past the end) or bad header
+        raise ValueError(f"{file.name}: truncated, corrupt or missing in {file.parent} ({err})") from err
+    if array.shape != shape or str(array.dtype) not in dtypes:
+        raise ValueError(f"{file.name}: {array.dtype}{list(array.shape)} in {file.parent}, the header says "
+                         f"{'/'.join(dtypes)}{list(shape)}: truncated or from another store")
+    return array
