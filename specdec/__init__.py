@@ -2,8 +2,9 @@
 
 from . import ops
 from .cache import TreeCache
+from .datastore import Datastore
 from .generate import GenerateOutput, SpeculativeGenerator, Stats
-from .suppliers import ARSupplier, DraftSupplier, PromptLookupSupplier, Supplier
+from .suppliers import ARSupplier, DraftSupplier, PromptLookupSupplier, RetrievalSupplier, Supplier
 from .tree import TreeBatch
 from .verify import Acceptance, TreeVerifier
 
@@ -22,4 +23,6 @@ __all__ = [
     "ARSupplier",
     "DraftSupplier",
     "PromptLookupSupplier",
+    "RetrievalSupplier",
+    "Datastore",
 ]

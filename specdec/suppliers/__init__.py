@@ -3,5 +3,6 @@
 from .base import ARSupplier, Supplier
 from .draft import DraftSupplier
 from .prompt_lookup import PromptLookupSupplier
+from .retrieval import RetrievalSupplier
 
-__all__ = ["Supplier", "ARSupplier", "DraftSupplier", "PromptLookupSupplier"]
+__all__ = ["Supplier", "ARSupplier", "DraftSupplier", "PromptLookupSupplier", "RetrievalSupplier"]
