@@ -23,7 +23,86 @@ from ..tree import TreeBatch, pack_bits
 from ..verify import Acceptance, vocab_size
 from .base import Supplier
 
-__all__ = ["DraftSupplier"]
+__all__ = ["DraftSupplier", "DraftRunner"]
+
+
+class DraftRunner:
+    """The draft model's side of a step, shared by `DraftSupplier` and `SmartSupplier`.
+
+    Owns the draft's `TreeCache`: `start` prefills it, `catch_up` forwards and commits the tokens the
+    target accepted last step (returning the draft's logits at the root), `begin_tree` clears the ancestry
+    of the tree region, `forward_layer` forwards one frontier layer with tree attention, `commit` drops the
+    tree region and queues the next catch-up chain.
+    """
+
+    def __init__(self, draft: PreTrainedModel, backend: str = "auto"):
+        self.draft = draft
+        self.backend = backend
+        self.cache: TreeCache | None = None
+
+    def attach(self, target: PreTrainedModel) -> None:
+        if vocab_size(self.draft) != vocab_size(target):
+            raise ValueError(f"draft: vocabulary of {vocab_size(self.draft)} tokens, the target's has "
+                             f"{vocab_size(target)}; a draft must share the target's tokenizer")
+        if self.draft.device != target.device:
+            raise ValueError(f"draft: on {self.draft.device}, the target on {target.device}")
+        install(self.draft)
+
+    def start(self, state: DecodeState, region: int) -> None:
+        """Prefill the prompts; `region`: the most slots one step's catch-up or tree layers occupy."""
+        B = state.batch_size
+        self.cache = TreeCache.for_model(self.draft, B, state.capacity + region)
+        prefill(self.draft, self.cache, state.input_ids[:, :-1], state.start, backend=self.backend)
+        device = state.root.device
+        self._pending = TreeBatch(state.root[:, None], torch.full((B, 1), -1, dtype=torch.int64, device=device),
+                                  torch.ones(B, dtype=torch.int64, device=device), max_depth=0)
+        self._pending_host = [1] * B
+
+    def commit(self, acc: Acceptance) -> None:
+        """Next step's catch-up chain: the accepted tokens and the bonus (the new root)."""
+        self.cache.rollback()
+        B, A = acc.tokens.shape
+        parents = torch.arange(-1, A - 1, device=acc.tokens.device).expand(B, A)
+        self._pending = TreeBatch(acc.tokens.clamp(min=0), parents.contiguous(), acc.num_accepted + 1, max_depth=A - 1)
+        self._pending_host = acc.host_num_accepted + 1
+
+    def catch_up(self) -> Tensor:
+        """Forward and commit the pending chain; returns the draft's logits at the root, [B, V]."""
+        chain, cache = self._pending, self.cache
+        logits = tree_forward(self.draft, cache, chain.tokens, chain.positions(cache.positions()),
+                              chain.ancestor_mask, backend=self.backend)
+        cache.commit_prefix(chain.num_nodes, self._pending_host)
+        self._root_pos = cache.positions() - 1  # the catch-up committed the root
+        return logits.gather(1, (chain.num_nodes - 1)[:, None, None].expand(-1, 1, logits.shape[-1]))[:, 0]
+
+    def begin_tree(self, width: int, layers: int) -> None:
+        """Prepare `layers` frontier forwards of `width` nodes each; layer d's nodes sit at slots
+        [(d-1) width, d width) of the tree region. The root is already in the committed prefix."""
+        B = self.cache.batch_size
+        self._width, self._slots = width, width * layers
+        self._region = torch.zeros(B, self._slots, self._slots, dtype=torch.bool, device=self.cache.device)
+        self._layer = 0
+
+    def forward_layer(self, tokens: Tensor, parent_slot: Tensor | None) -> Tensor:
+        """Forward one frontier layer; returns its logits [B, F, V].
+
+        tokens:      [B, F] int64, the frontier nodes (F = width; inactive slots may hold any token id).
+        parent_slot: [B, F] int64, tree-region slot of each node's parent (a node of the previous layer),
+                     or None for the first layer (children of the root).
+        """
+        B, F = tokens.shape
+        region, slots, d = self._region, self._slots, self._layer + 1
+        s0 = (d - 1) * F
+        if parent_slot is None:
+            bits = torch.zeros(B, F, slots, dtype=torch.bool, device=tokens.device)
+        else:
+            bits = region.gather(1, parent_slot[:, :, None].expand(B, F, slots))
+        rows = torch.arange(F, device=tokens.device)
+        bits[:, rows, s0 + rows] = True
+        region[:, s0:s0 + F] = bits
+        self._layer = d
+        return tree_forward(self.draft, self.cache, tokens, (self._root_pos + d)[:, None].expand(B, F),
+                            pack_bits(bits[:, :, : s0 + F]), backend=self.backend)
 
 
 class DraftSupplier(Supplier):
@@ -42,6 +121,7 @@ class DraftSupplier(Supplier):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
         self.draft = draft
+        self.runner = DraftRunner(draft, backend)
         self.mode = mode
         self.depth = depth
         self.topk = 1 if mode == "chain" else topk
@@ -50,47 +130,22 @@ class DraftSupplier(Supplier):
         self.backend = backend
         if self.topk > vocab_size(draft):
             raise ValueError(f"topk: {topk} exceeds the draft's vocabulary of {vocab_size(draft)}")
-        self.cache: TreeCache | None = None
 
     def attach(self, target: PreTrainedModel) -> None:
-        if vocab_size(self.draft) != vocab_size(target):
-            raise ValueError(f"draft: vocabulary of {vocab_size(self.draft)} tokens, the target's has "
-                             f"{vocab_size(target)}; a draft must share the target's tokenizer")
-        if self.draft.device != target.device:
-            raise ValueError(f"draft: on {self.draft.device}, the target on {target.device}")
-        install(self.draft)
+        self.runner.attach(target)
 
     def max_tree_size(self) -> int:
         return self.total_tokens
 
     def start(self, state: DecodeState) -> None:
-        B = state.batch_size
-        region = self.depth + 1 + (self.depth - 1) * self.topk  # catch-up chain, then the frontiers
-        self.cache = TreeCache.for_model(self.draft, B, state.capacity + region)
-        prefill(self.draft, self.cache, state.input_ids[:, :-1], state.start, backend=self.backend)
-        self._pending = TreeBatch(state.root[:, None], torch.full((B, 1), -1, dtype=torch.int64, device=state.root.device),
-                                  torch.ones(B, dtype=torch.int64, device=state.root.device), max_depth=0)
-        self._pending_host = [1] * B
+        self.runner.start(state, region=self.depth + 1 + (self.depth - 1) * self.topk)  # catch-up, then frontiers
 
     def commit(self, acc: Acceptance) -> None:
-        """Next step's catch-up chain: the accepted tokens and the bonus (the new root)."""
-        self.cache.rollback()
-        B, A = acc.tokens.shape
-        parents = torch.arange(-1, A - 1, device=acc.tokens.device).expand(B, A)
-        self._pending = TreeBatch(acc.tokens.clamp(min=0), parents.contiguous(), acc.num_accepted + 1, max_depth=A - 1)
-        self._pending_host = acc.host_num_accepted + 1
-
-    def _catch_up(self) -> Tensor:
-        """Forward and commit the pending chain; returns the draft's logits at the root, [B, V]."""
-        chain, cache = self._pending, self.cache
-        logits = tree_forward(self.draft, cache, chain.tokens, chain.positions(cache.positions()),
-                              chain.ancestor_mask, backend=self.backend)
-        cache.commit_prefix(chain.num_nodes, self._pending_host)
-        return logits.gather(1, (chain.num_nodes - 1)[:, None, None].expand(-1, 1, logits.shape[-1]))[:, 0]
+        self.runner.commit(acc)
 
     def propose(self, state: DecodeState) -> TreeBatch:
         B, k, device = state.batch_size, self.topk, state.root.device
-        root_logp = torch.log_softmax(self._catch_up().float(), dim=-1)
+        root_logp = torch.log_softmax(self.runner.catch_up().float(), dim=-1)
         logp, tok = root_logp.topk(k, dim=-1)  # [B, k]
         # Candidate pool in creation order: the root, then each layer's children.
         pool_tok = [state.root[:, None], tok]
@@ -98,32 +153,19 @@ class DraftSupplier(Supplier):
                     torch.zeros(B, k, device=device, dtype=torch.int64)]
         pool_logp = [torch.zeros(B, 1, device=device), logp]
         frontier = torch.arange(1, k + 1, device=device).expand(B, k)  # pool index of each frontier node
-        # Ancestry of the forwarded nodes over the draft's tree region; layer d's frontier sits at slots
-        # [(d-1)k, dk). The root is already in the committed prefix, so layer 1 sees only itself.
-        slots = (self.depth - 1) * k
-        region = torch.zeros(B, slots, slots, dtype=torch.bool, device=device)
         parent_slot = None
-        root_pos = self.cache.positions() - 1  # the catch-up committed the root
-        rows = torch.arange(k, device=device)
+        self.runner.begin_tree(k, self.depth - 1)
         for d in range(1, self.depth):
-            s0 = (d - 1) * k
-            if parent_slot is None:
-                bits = torch.zeros(B, k, slots, dtype=torch.bool, device=device)
-            else:
-                bits = region.gather(1, parent_slot[:, :, None].expand(B, k, slots))
-            bits[:, rows, s0 + rows] = True
-            region[:, s0:s0 + k] = bits
             ftok = torch.cat(pool_tok, 1).gather(1, frontier)
             flogp = torch.cat(pool_logp, 1).gather(1, frontier)
-            logits = tree_forward(self.draft, self.cache, ftok, (root_pos + d)[:, None].expand(B, k),
-                                  pack_bits(bits[:, :, : s0 + k]), backend=self.backend)
+            logits = self.runner.forward_layer(ftok, parent_slot)
             child_logp = flogp[:, :, None] + torch.log_softmax(logits.float(), dim=-1)  # [B, k, V]
             clogp, ctok = child_logp.topk(k, dim=-1)  # [B, k, k]
             pool_tok.append(ctok.flatten(1))
             pool_par.append(frontier[:, :, None].expand(B, k, k).flatten(1))
             pool_logp.append(clogp.flatten(1))
             best = clogp.flatten(1).topk(k, dim=-1).indices  # next frontier among the k*k children
-            parent_slot = s0 + best // k
+            parent_slot = (d - 1) * k + best // k
             frontier = sum(t.shape[1] for t in pool_tok[:-1]) + best
         return self._select(torch.cat(pool_tok, 1), torch.cat(pool_par, 1), torch.cat(pool_logp, 1))
 
