@@ -130,6 +130,7 @@ class SpeculativeGenerator:
             t2 = time.perf_counter()
             acc = self.verifier.verify(tree, cache, validate=self.validate_trees)
             t3 = time.perf_counter()
+            self.supplier.record_verify(tree.size, t3 - t2)
             self.supplier.commit(acc)
             emitted = state.append(acc)
             t4 = time.perf_counter()

@@ -38,6 +38,10 @@ class Supplier(ABC):
     def commit(self, acceptance: Acceptance) -> None:
         """Learn what the target accepted (advance a draft cache, ...)."""
 
+    def record_verify(self, width: int, seconds: float) -> None:
+        """The step's verification took `seconds` (host wall-clock, its sync included) for trees padded to
+        `width` nodes at this batch's size; suppliers that adapt to measured costs (SMART) use it."""
+
 
 def root_only(root: torch.Tensor) -> TreeBatch:
     """The tree of plain decoding: each row's root alone. root: [B] int64."""
