@@ -2,9 +2,12 @@
 
 from . import ops
 from .cache import TreeCache
+from .cost import CostModel
 from .datastore import Datastore
 from .generate import GenerateOutput, SpeculativeGenerator, Stats
-from .suppliers import ARSupplier, DraftSupplier, PromptLookupSupplier, RetrievalSupplier, Supplier
+from .profiling import Profile, profile
+from .suppliers import (ARSupplier, DraftSupplier, PromptLookupSupplier, RetrievalSupplier, SmartSupplier,
+                        Supplier)
 from .tree import TreeBatch
 from .verify import Acceptance, TreeVerifier
 
@@ -25,4 +28,8 @@ __all__ = [
     "PromptLookupSupplier",
     "RetrievalSupplier",
     "Datastore",
+    "SmartSupplier",
+    "profile",
+    "Profile",
+    "CostModel",
 ]

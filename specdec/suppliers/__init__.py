@@ -4,5 +4,6 @@ from .base import ARSupplier, Supplier
 from .draft import DraftSupplier
 from .prompt_lookup import PromptLookupSupplier
 from .retrieval import RetrievalSupplier
+from .smart import SmartSupplier
 
-__all__ = ["Supplier", "ARSupplier", "DraftSupplier", "PromptLookupSupplier", "RetrievalSupplier"]
+__all__ = ["Supplier", "ARSupplier", "DraftSupplier", "PromptLookupSupplier", "RetrievalSupplier", "SmartSupplier"]
