@@ -13,6 +13,7 @@ import torch
 from tqdm import tqdm
 
 from . import harness
+from .datastore import HEADER, Datastore, stdlib_datastore
 from .generate import SpeculativeGenerator, Stats
 from .harness import METHODS, PROMPT_SETS
 from .models import DTYPES, load_model, load_tokenizer
@@ -25,6 +26,26 @@ def add_tree_options(parser: argparse.ArgumentParser, depth: int = 5, topk: int 
     parser.add_argument("--depth", type=int, default=depth, help="draft depth (chain and tree)")
     parser.add_argument("--topk", type=int, default=topk, help="children per frontier node (tree)")
     parser.add_argument("--total-tokens", type=int, default=total_tokens, help="tree size, root included (tree)")
+
+
+def add_retrieval_options(parser: argparse.ArgumentParser, budget: int = 64) -> None:
+    parser.add_argument("--datastore", type=Path, help="datastore folder (method retrieval; `specdec datastore "
+                        "build`); default with the demo target: the standard library, built on first use and cached")
+    parser.add_argument("--budget", type=int, default=budget, help="retrieval tree size, root included")
+
+
+def add_datastore_parser(sub: argparse._SubParsersAction) -> None:
+    store = sub.add_parser("datastore", help="build or inspect a retrieval datastore")
+    cmds = store.add_subparsers(dest="datastore_command", required=True)
+    build = cmds.add_parser("build", help="tokenise files, folders, .jsonl or .npy token arrays into a datastore")
+    build.add_argument("--tokenizer", required=True, help="the target's tokenizer: " + MODEL_HELP)
+    build.add_argument("--out", type=Path, required=True, help="datastore folder (created or replaced)")
+    build.add_argument("sources", nargs="+", type=Path, help="files and folders (text files in them, recursively)")
+    build.add_argument("--text-field", default="text", help="field holding the text in .jsonl lines")
+    build.add_argument("--append", action="store_true", help="add to the datastore in --out instead of replacing it")
+    build.add_argument("--quiet", action="store_true", help="no progress bar")
+    info = cmds.add_parser("info", help="print a datastore's header and sizes as JSON")
+    info.add_argument("dir", type=Path)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     gen.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     add_tree_options(gen)
+    add_retrieval_options(gen)
     gen.add_argument("--json", action="store_true", help="print one JSON document instead of text")
 
     demo = sub.add_parser("demo", help="every method on HumanEval prompts with the embedded pair: one table")
@@ -54,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--quick", action="store_true", help="2 prompts, 16 new tokens (a smoke test)")
     # The demo pair's best tree on a 2-core CPU among those measured (README: "The embedded demo pair").
     add_tree_options(demo, depth=4, topk=2, total_tokens=10)
+    # Retrieval's budget on this CPU is not tuned yet: 16 nodes keep verification cheap (README: retrieval).
+    demo.add_argument("--budget", type=int, default=16, help="retrieval tree size, root included")
 
     bench = sub.add_parser("bench", help="methods x prompt sets x batch sizes, to CSV/JSON and plots")
     bench.add_argument("--target", default="demo-target", help=MODEL_HELP)
@@ -68,7 +92,29 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--chat", action="store_true", help="wrap prompts in the tokenizer's chat template")
     bench.add_argument("--out", type=Path, default=Path("bench/out"))
     add_tree_options(bench)
+    bench.add_argument("--datastore", type=Path, help="datastore folder for method retrieval; default with the demo "
+                       "target: the standard library, built on first use and cached")
+    bench.add_argument("--budgets", type=int, nargs="+", default=[64],
+                       help="retrieval tree sizes, root included; several run as retrieval-<budget>")
+    add_datastore_parser(sub)
     return parser
+
+
+def load_datastore(path: Path | None, tokenizer, target_name: str) -> Datastore:
+    """The datastore for method retrieval: `path`, or with the demo target the cached standard-library one."""
+    if path is not None:
+        return Datastore.open(path, tokenizer=tokenizer)
+    if target_name == "demo-target":
+        return stdlib_datastore(tokenizer)
+    raise ValueError("--datastore: method 'retrieval' needs a datastore built with the target's tokenizer "
+                     "(specdec datastore build)")
+
+
+def tokenizer_or_error(name: str):
+    try:
+        return load_tokenizer(name)
+    except OSError as err:  # transformers reports a missing path or an unknown hub id as OSError
+        raise ValueError(f"--tokenizer: cannot load {name!r}: {str(err).splitlines()[0]}") from err
 
 
 def read_prompts(args: argparse.Namespace) -> list[str]:
@@ -97,8 +143,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(args.target)
     target = load_model(args.target, dtype=args.dtype, device=args.device)
     draft = load_model(args.draft, dtype=args.dtype, device=str(target.device)) if args.draft else None
+    datastore = load_datastore(args.datastore, tokenizer, args.target) if args.method == "retrieval" else None
     supplier = harness.make_supplier(args.method, draft, depth=args.depth, topk=args.topk,
-                                     total_tokens=args.total_tokens)
+                                     total_tokens=args.total_tokens, datastore=datastore, budget=args.budget)
     generator = SpeculativeGenerator(target, supplier)
     results, stats = [], []
     batches = range(0, len(prompts), args.batch_size)
@@ -135,15 +182,25 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
     target = load_model(target_name, dtype=args.dtype, device=args.device)
     draft = load_model(draft_name, dtype=args.dtype, device=str(target.device)) if draft_name else None
     methods = ["ar"] + [m for m in methods if m != "ar" and (draft is not None or m not in harness.DRAFT_METHODS)]
+    runs = {m: (m, 64) for m in methods if m != "retrieval"}  # label -> (method, retrieval budget)
+    datastore = None
+    if "retrieval" in methods:
+        if any(b < 1 for b in args.budgets):
+            raise ValueError(f"--budgets: expected sizes >= 1, got {args.budgets}")
+        datastore = load_datastore(args.datastore, tokenizer, target_name)
+        runs.update({"retrieval" if len(args.budgets) == 1 else f"retrieval-{b}": ("retrieval", b)
+                     for b in args.budgets})
     results, outputs, skipped = [], {}, {}
-    jobs = [(ps, bs, m) for ps in prompt_sets for bs in args.batch_sizes for m in methods]
+    jobs = [(ps, bs, m) for ps in prompt_sets for bs in args.batch_sizes for m in runs]
     encoded = {}
     for ps in prompt_sets:
         tokens = harness.encode(tokenizer, harness.load_prompts(ps, num_prompts), chat)
         encoded[ps] = harness.fit(tokens, target, args.max_new_tokens)
         skipped[ps] = len(tokens) - len(encoded[ps])
     for ps, bs, m in tqdm(jobs, desc="runs", file=sys.stderr):
-        supplier = harness.make_supplier(m, draft, depth=args.depth, topk=args.topk, total_tokens=args.total_tokens)
+        method, budget = runs[m]
+        supplier = harness.make_supplier(method, draft, depth=args.depth, topk=args.topk, total_tokens=args.total_tokens,
+                                         datastore=datastore, budget=budget)
         harness.run_method(target, supplier, encoded[ps][:bs], batch_size=bs, max_new_tokens=4, method=m,
                            prompt_set=ps, pad_token_id=tokenizer.pad_token_id, eos_token_id=None)  # warm-up
         result, out = harness.run_method(target, supplier, encoded[ps], batch_size=bs, max_new_tokens=args.max_new_tokens,
@@ -156,6 +213,9 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
            "max_new_tokens": args.max_new_tokens, "tree": {"depth": args.depth, "topk": args.topk,
                                                            "total_tokens": args.total_tokens},
            "prompts_left_out_too_long": skipped}
+    if datastore is not None:
+        env["retrieval"] = {"datastore": str(datastore.path), "num_tokens": datastore.num_tokens,
+                            "budgets": args.budgets}
     return results, env
 
 
@@ -170,6 +230,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.quick:
         args.prompts, args.max_new_tokens = 2, 16
     args.batch_sizes = [1]
+    args.datastore, args.budgets = None, [args.budget]
     results, env = evaluate(args, "demo-target", "demo-draft", ["humaneval"], args.prompts, list(METHODS))
     print_table(results)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -200,10 +261,27 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0 if all(r.identical_to_ar for r in results) else 1
 
 
+def cmd_datastore(args: argparse.Namespace) -> int:
+    if args.datastore_command == "info":
+        print(json.dumps(Datastore.open(args.dir).info(), indent=1))
+        return 0
+    tokenizer = tokenizer_or_error(args.tokenizer)
+    if args.append and (args.out / HEADER).is_file():
+        store = Datastore.open(args.out, tokenizer=tokenizer).extend(
+            tokenizer, args.sources, text_field=args.text_field, progress=not args.quiet)
+    else:
+        store = Datastore.build(tokenizer, args.sources, args.out, text_field=args.text_field, progress=not args.quiet)
+    info = store.info()
+    print(f"wrote {store.path}: {info['documents']} documents, {info['num_tokens']} tokens (separators included), "
+          f"{info['total_bytes'] / 2**20:.1f} MiB")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"generate": cmd_generate, "demo": cmd_demo, "bench": cmd_bench}[args.command](args)
+        return {"generate": cmd_generate, "demo": cmd_demo, "bench": cmd_bench,
+                "datastore": cmd_datastore}[args.command](args)
     except ValueError as err:
         print(f"specdec: error: {err}", file=sys.stderr)
         return 2

@@ -19,13 +19,14 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from .datastore import Datastore
 from .generate import SpeculativeGenerator, Stats
-from .suppliers import ARSupplier, DraftSupplier, PromptLookupSupplier, Supplier
+from .suppliers import ARSupplier, DraftSupplier, PromptLookupSupplier, RetrievalSupplier, Supplier
 
 __all__ = ["METHODS", "PROMPT_SETS", "MethodResult", "environment", "load_prompts", "make_supplier", "run_method",
            "compare_to_ar", "plot_results"]
 
-METHODS = ("ar", "chain", "tree", "prompt-lookup")
+METHODS = ("ar", "chain", "tree", "prompt-lookup", "retrieval")
 DRAFT_METHODS = ("chain", "tree")
 PROMPT_SETS = ("humaneval", "spec_bench")
 
@@ -78,11 +79,16 @@ def load_prompts(name: str, count: int | None = None) -> list[str]:
 
 
 def make_supplier(method: str, draft: PreTrainedModel | None, *, depth: int = 5, topk: int = 4,
-                  total_tokens: int = 32) -> Supplier:
+                  total_tokens: int = 32, datastore: Datastore | None = None, budget: int = 64) -> Supplier:
     if method == "ar":
         return ARSupplier()
     if method == "prompt-lookup":
         return PromptLookupSupplier()
+    if method == "retrieval":
+        if datastore is None:
+            raise ValueError("--datastore: method 'retrieval' needs a datastore built with the target's tokenizer "
+                             "(specdec datastore build)")
+        return RetrievalSupplier(datastore, budget=budget)
     if method not in DRAFT_METHODS:
         raise ValueError(f"method: {method!r} is not one of {METHODS}")
     if draft is None:
