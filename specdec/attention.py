@@ -10,10 +10,12 @@ model (``model(...)``, ``model.generate(...)``) computes exactly what it did bef
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 from transformers import AttentionInterface, Cache, PreTrainedModel
@@ -22,6 +24,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from . import ops
 from .cache import TreeCache
+from .ops._backend import resolve_backend
 from .tree import prefill_mask
 
 __all__ = ["TreeAttentionMetadata", "install", "tree_forward", "model_forward", "prefill", "PREFIX"]
@@ -34,13 +37,30 @@ class TreeAttentionMetadata:
     """What a tree forward's attention needs beyond q/k/v (see `ops.tree_attention`).
 
     start, length: [B] int64 from the cache; tree_mask: [B, T, W] int32 ancestor bitmask over the tree
-    region; backend: the `ops.tree_attention` backend.
+    region; backend: the `ops.tree_attention` backend; plan: the sdpa backend's live slots and mask,
+    built once per forward (`build`) so that no layer rebuilds them.
     """
 
     start: Tensor
     length: Tensor
     tree_mask: Tensor
     backend: str = "auto"
+    plan: ops.SdpaPlan | None = None
+
+    @classmethod
+    def build(cls, start: Tensor, length: Tensor, tree_mask: Tensor, backend: str, *, host_start: np.ndarray,
+              host_length: np.ndarray, region: int, chain: bool = False) -> "TreeAttentionMetadata":
+        """Metadata of one forward whose tree region (after it) holds `region` slots per row.
+
+        host_start, host_length: the host copies of start and length (no device sync). chain: the
+        forward's nodes form one unpadded chain per row (a prompt block), which may need no mask.
+        """
+        plan = None
+        if resolve_backend(backend, tree_mask.device, fast_torch="sdpa") == "sdpa":
+            kv_len = int(host_length.max()) + region
+            plan = ops.sdpa_plan(start, length, tree_mask, kv_len, host_start=host_start, host_length=host_length,
+                                 chain=chain)
+        return cls(start, length, tree_mask, backend, plan)
 
 
 def _original(module: torch.nn.Module) -> str:
@@ -66,7 +86,7 @@ def _specdec_attention(
             original = ALL_ATTENTION_FUNCTIONS[name]
         return original(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
     out = ops.tree_attention(query, key, value, specdec_tree.start, specdec_tree.length, specdec_tree.tree_mask,
-                             scale=scaling, backend=specdec_tree.backend)
+                             scale=scaling, backend=specdec_tree.backend, plan=specdec_tree.plan)
     return out.transpose(1, 2), None  # [B, T, Hq, D], as attention functions return
 
 
@@ -87,9 +107,11 @@ def install(model: PreTrainedModel) -> None:
                          "(it does not use transformers' AttentionInterface)")
 
 
-def _cache_keyword(model: PreTrainedModel) -> str:
+@functools.lru_cache(maxsize=None)
+def _cache_keyword(model_type: type) -> str:
     # transformers renamed `past_key_values` to `cache` in 5.24; 5.17 silently swallows an unknown `cache=`.
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    # Per class, once: inspect.signature costs tens of microseconds, every forward would pay it.
+    return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
 
 
 def tree_forward(
@@ -101,19 +123,21 @@ def tree_forward(
     *,
     backend: str = "auto",
     logits_to_keep: int = 0,
+    chain: bool = False,
 ) -> Tensor:
     """One forward of `model` over T new nodes per row, their K/V written to the cache's tree region.
 
     tokens, positions: [B, T] int64; tree_mask: [B, T, W] int32 over the tree region (the new nodes'
     own slots start at ``cache.tree_len``). Checks capacity before anything is written. Returns logits
-    [B, T, V] (or the last `logits_to_keep` nodes').
+    [B, T, V] (or the last `logits_to_keep` nodes'). chain: see `TreeAttentionMetadata.build`.
     """
     B, T = tokens.shape
     if B != cache.batch_size:
         raise ValueError(f"tokens: batch of {B} rows, the cache holds {cache.batch_size}")
     cache.reserve(T)
-    logits = model_forward(model, cache, tokens, positions,
-                           TreeAttentionMetadata(cache.start, cache.length, tree_mask, backend), logits_to_keep)
+    meta = TreeAttentionMetadata.build(cache.start, cache.length, tree_mask, backend, host_start=cache.host_start,
+                                       host_length=cache.host_length, region=cache.tree_len + T, chain=chain)
+    logits = model_forward(model, cache, tokens, positions, meta, logits_to_keep)
     cache.advance(T)
     return logits
 
@@ -122,7 +146,7 @@ def model_forward(model: PreTrainedModel, cache: Cache, tokens: Tensor, position
                   meta: TreeAttentionMetadata, logits_to_keep: int = 0) -> Tensor:
     """The model call of a tree forward: metadata through the forward's keyword arguments."""
     out = model(input_ids=tokens, position_ids=positions, use_cache=True, logits_to_keep=logits_to_keep,
-                specdec_tree=meta, **{_cache_keyword(model): cache})
+                specdec_tree=meta, **{_cache_keyword(type(model)): cache})
     return out.logits
 
 
@@ -131,9 +155,11 @@ def prefill(model: PreTrainedModel, cache: TreeCache, input_ids: Tensor, start: 
     if cache.tree_len or bool(cache.host_length.any()):
         raise ValueError("cache: prefill needs an empty cache")
     cache.start.copy_(start)
+    cache.host_start = start.cpu().numpy().astype(np.int64)  # host sync, once per call: the pads' extent
     B, P = input_ids.shape
     if P == 0:
         return
     positions = (torch.arange(P, device=input_ids.device)[None, :] - cache.start[:, None]).clamp(min=0)
-    tree_forward(model, cache, input_ids, positions, prefill_mask(cache.start, P), backend=backend, logits_to_keep=1)
+    tree_forward(model, cache, input_ids, positions, prefill_mask(cache.start, P), backend=backend, logits_to_keep=1,
+                 chain=not cache.host_start.any())
     cache.commit_prefix(torch.full((B,), P, dtype=torch.int64, device=cache.device), [P] * B)

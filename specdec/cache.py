@@ -13,7 +13,9 @@ region to ``[length[b], length[b] + count[b])`` and advances `length`; `rollback
 Buffers never reallocate, so the step's shapes stay static.
 
 ``host_length`` mirrors ``length`` on the host exactly (commits take the host counts the verifier brings
-back with the step's one sync), so capacity checks never touch the device.
+back with the step's one sync), and ``host_start`` mirrors ``start`` (set by the prefill), so capacity
+checks and the attention plan never touch the device. When every row has the same length (plain
+decoding, unpadded batches) a forward writes its K/V with one slice copy per layer instead of a scatter.
 """
 
 from __future__ import annotations
@@ -86,7 +88,9 @@ class TreeCache(Cache):
         self.start = torch.zeros(batch_size, dtype=torch.int64, device=device)  # [B]
         self.length = torch.zeros(batch_size, dtype=torch.int64, device=device)  # [B]
         self.host_length = np.zeros(batch_size, dtype=np.int64)  # [B], mirrors length
+        self.host_start = np.zeros(batch_size, dtype=np.int64)  # [B], mirrors start
         self.tree_len = 0
+        self._write: tuple[int, slice | Tensor] | None = None  # (T, where) of the forward in flight
 
     @classmethod
     def for_model(cls, model: PreTrainedModel, batch_size: int, capacity: int) -> "TreeCache":
@@ -111,15 +115,32 @@ class TreeCache(Cache):
         """Write [B, Hkv, T, D] new K/V at ``length + tree_len + [0, T)`` and return the whole buffers."""
         layer = self.layers[layer_idx]
         B, H, T, D = key_states.shape
-        slots = (self.length + self.tree_len)[:, None] + torch.arange(T, device=self.device)  # [B, T]
-        index = slots[:, None, :, None].expand(B, H, T, D)
-        layer.keys.scatter_(2, index, key_states.to(layer.keys.dtype))
-        layer.values.scatter_(2, index, value_states.to(layer.values.dtype))
+        where = self._write_slots(T)
+        if isinstance(where, slice):
+            layer.keys[:, :, where] = key_states
+            layer.values[:, :, where] = value_states
+        else:
+            index = where[:, None, :, None].expand(B, H, T, D)
+            layer.keys.scatter_(2, index, key_states.to(layer.keys.dtype))
+            layer.values.scatter_(2, index, value_states.to(layer.values.dtype))
         return layer.keys, layer.values
+
+    def _write_slots(self, T: int) -> slice | Tensor:
+        """Where this forward's T nodes go, worked out once for all layers: a slice when every row has
+        the same length (known on the host), else the slots [B, T] int64 of each row."""
+        if self._write is None or self._write[0] != T:
+            first = int(self.host_length[0]) + self.tree_len
+            if (self.host_length == self.host_length[0]).all():
+                where: slice | Tensor = slice(first, first + T)
+            else:
+                where = (self.length + self.tree_len)[:, None] + torch.arange(T, device=self.device)
+            self._write = (T, where)
+        return self._write[1]
 
     # ------------------------------------------------------------------ bookkeeping (called by specdec)
     def reserve(self, num_new: int) -> None:
         """Raise ValueError, before anything is written, if `num_new` more slots do not fit in every row."""
+        self._write = None
         need = int(self.host_length.max()) + self.tree_len + num_new
         if need > self.capacity:
             raise ValueError(f"tree: {num_new} nodes do not fit in the cache: a row would need {need} slots, "
@@ -128,22 +149,33 @@ class TreeCache(Cache):
     def advance(self, num_new: int) -> None:
         """Grow the tree region by the `num_new` nodes a forward just wrote."""
         self.tree_len += num_new
+        self._write = None
 
     def rollback(self) -> None:
         """Drop the tree region (its slots become free)."""
         self.tree_len = 0
+        self._write = None
 
-    def commit(self, node_index: Tensor, count: Tensor, host_count: np.ndarray) -> None:
+    def commit(self, node_index: Tensor, count: Tensor, host_count: np.ndarray,
+               host_node_index: np.ndarray | None = None) -> None:
         """Keep nodes of the tree region and drop the rest.
 
         node_index: [B, W] int64, tree-region index of each kept node in order (root first), -1 padding.
         count:      [B] int64, kept nodes per row (<= W); host_count: the same numbers on the host.
+        host_node_index: node_index on the host, when the caller has it: if every row keeps a prefix of
+        its region (a root-only tree, an accepted chain), nothing moves.
         Kept nodes must be increasing within a row (a root-to-node path is), so a gather-then-scatter
         never overwrites a node before it is read.
         """
         B, W = node_index.shape
         if W > self.tree_len:
             raise ValueError(f"node_index: {W} columns but the tree region holds {self.tree_len} nodes")
+        if host_node_index is not None:
+            cols = np.arange(W)[None, :]
+            kept = cols < np.asarray(host_count)[:, None]
+            if (host_node_index[kept] == np.broadcast_to(cols, (B, W))[kept]).all():
+                self.commit_prefix(count, host_count)
+                return
         src = self.length[:, None] + node_index.clamp(min=0)  # [B, W]
         dst = self.length[:, None] + torch.arange(W, device=self.device)  # [B, W]
         for layer in self.layers:
@@ -159,6 +191,7 @@ class TreeCache(Cache):
         self.length += count
         self.host_length += np.asarray(host_count, dtype=np.int64)
         self.tree_len = 0
+        self._write = None
 
     def positions(self) -> Tensor:
         """[B] int64: RoPE position of the next token of each row, ``length - start``."""

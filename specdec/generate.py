@@ -126,7 +126,8 @@ class SpeculativeGenerator:
             if self.filter is not None:
                 tree = self.filter.filter(tree, state)
             active = ~state.finished
-            tree = tree.with_num_nodes(torch.where(state.active(), tree.num_nodes, 1))  # finished rows: root only
+            if state.finished.any():  # finished rows: root only
+                tree = tree.with_num_nodes(torch.where(state.active(), tree.num_nodes, 1))
             t2 = time.perf_counter()
             acc = self.verifier.verify(tree, cache, validate=self.validate_trees)
             t3 = time.perf_counter()

@@ -17,6 +17,7 @@ cached on the frozen instance.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -68,6 +69,15 @@ def prefill_mask(start: Tensor, num_tokens: int) -> Tensor:
     own = (col - base >= 0) & (col - base < 32)
     self_bit = torch.where(own, 1 << (col - base).clamp(0, 31), 0)
     return _as_int32(span | self_bit)
+
+
+@functools.lru_cache(maxsize=64)
+def _chain_masks(T: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Ancestor masks [T, W] int32 of a T-node chain (node i: bits 0..i) and of T padding nodes (bit i
+    alone), made once per size and device: chains are built every decoding step."""
+    full = prefill_mask(torch.zeros(1, dtype=torch.int64, device=device), T)[0]
+    own = prefill_mask(torch.full((1,), T, dtype=torch.int64, device=device), T)[0]
+    return full, own
 
 
 @dataclass(frozen=True)
@@ -204,6 +214,26 @@ class TreeBatch:
                                  "(upper-triangular entries or a skipped ancestor)")
         return tree
 
+    @classmethod
+    def chain(cls, tokens: Tensor, num_nodes: Tensor, *, logp: Tensor | None = None) -> "TreeBatch":
+        """Each row's first `num_nodes[b]` nodes form one chain (root, its child, its grandchild, ...),
+        the rest is padding: a draft's catch-up, a draft chain. tokens: [B, T] int64; num_nodes: [B] int64.
+
+        The depth and ancestor mask of a chain are written down directly (a handful of ops, no pointer
+        jumping). Example, T = 3, num_nodes [3, 2]: depth [[0, 1, 2], [0, 1, 0]], masks
+        [[0b001, 0b011, 0b111], [0b001, 0b011, 0b100]] (row 1's node 2 is padding: itself only).
+        """
+        B, T = tokens.shape
+        idx = torch.arange(T, device=tokens.device)
+        tree = cls(tokens, (idx - 1).expand(B, T).contiguous(), num_nodes, logp, max_depth=T - 1)
+        valid = idx[None, :] < num_nodes[:, None]  # [B, T]
+        chain_bits, own_bits = _chain_masks(T, tokens.device)  # [T, W] each
+        # cached_property reads the instance dict first: seeding it skips the general derivations.
+        object.__setattr__(tree, "valid", valid)
+        object.__setattr__(tree, "depth", torch.where(valid, idx, 0))
+        object.__setattr__(tree, "ancestor_mask", torch.where(valid[:, :, None], chain_bits, own_bits))
+        return tree
+
     # ------------------------------------------------------------------ validation
     @property
     def batch_size(self) -> int:
@@ -297,6 +327,8 @@ class TreeBatch:
     @cached_property
     def depth(self) -> Tensor:
         """[B, T] int64: edges from the root (0 for the root and padding)."""
+        if self.size == 1:  # root-only trees (plain decoding) need no derivation
+            return torch.zeros_like(self.tokens)
         if self._kernel_metadata is not None:
             return self._kernel_metadata[0]
         return self._depth_torch()
@@ -304,6 +336,8 @@ class TreeBatch:
     @cached_property
     def ancestor_mask(self) -> Tensor:
         """[B, T, W] int32, W = ceil(T/32): bit m of row i set iff m is i or an ancestor of i."""
+        if self.size == 1:
+            return torch.ones((self.batch_size, 1, 1), dtype=torch.int32, device=self.device)
         if self._kernel_metadata is not None:
             return self._kernel_metadata[1]
         return self._ancestor_mask_torch()

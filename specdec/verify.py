@@ -28,7 +28,8 @@ class Acceptance:
     tokens:       [B, A] int64: the accepted candidates, then the bonus token (the next root); -1 padding.
     num_accepted: [B] int64: accepted candidates, the bonus excluded (so a row emits num_accepted + 1).
     node_index:   [B, A] int64: tree node of each accepted token, root first; -1 padding.
-    host_tokens, host_num_accepted: the same as numpy arrays, brought back by the step's one host sync.
+    host_tokens, host_num_accepted, host_node_index: the same as numpy arrays, brought back by the
+    step's one host sync.
     A = max(num_accepted) + 1. Example: chain root->x->y, target agrees with x only and predicts z after
     x: tokens [[x, z]], num_accepted [1], node_index [[0, 1]].
     """
@@ -38,6 +39,7 @@ class Acceptance:
     node_index: Tensor  # [B, A] int64
     host_tokens: np.ndarray  # [B, A] int64
     host_num_accepted: np.ndarray  # [B] int64
+    host_node_index: np.ndarray | None = None  # [B, A] int64
 
     @property
     def width(self) -> int:
@@ -59,6 +61,10 @@ def greedy_accept(tree: TreeBatch, logits: Tensor) -> tuple[Tensor, Tensor, Tens
     device and without a host sync.
     """
     B, T = tree.tokens.shape
+    if T == 1:  # root-only trees (plain decoding): the bonus token alone, in three small ops
+        bonus = logits[:, 0].argmax(-1, keepdim=True)  # [B, 1]
+        zeros = torch.zeros((B, 1), dtype=torch.int64, device=tree.device)
+        return bonus, zeros[:, 0], zeros
     pred = logits.argmax(-1)  # [B, T]
     parents = tree._parents
     correct = (tree.tokens == pred.gather(1, parents.clamp(min=0))) | (parents < 0)
@@ -136,20 +142,24 @@ class TreeVerifier:
         positions = tree.positions(cache.positions())
         logits = tree_forward(self.model, cache, tree.tokens, positions, tree.ancestor_mask, backend=self.backend)
         acc = self._accept(tree, logits)
-        cache.commit(acc.node_index, acc.num_accepted + 1, acc.host_num_accepted + 1)
+        cache.commit(acc.node_index, acc.num_accepted + 1, acc.host_num_accepted + 1, acc.host_node_index)
         return acc
 
     def _accept(self, tree: TreeBatch, logits: Tensor) -> Acceptance:
         tokens, num_accepted, node_index = greedy_accept(tree, logits)
-        host = torch.cat([num_accepted[:, None], tokens], 1).cpu().numpy()  # the step's one host sync
+        L = tokens.shape[1]
+        host = torch.cat([num_accepted[:, None], tokens, node_index], 1).cpu().numpy()  # the step's one host sync
         width = int(host[:, 0].max()) + 1
-        return Acceptance(tokens[:, :width], num_accepted, node_index[:, :width], host[:, 1:width + 1], host[:, 0])
+        return Acceptance(tokens[:, :width], num_accepted, node_index[:, :width], host[:, 1:width + 1], host[:, 0],
+                          host[:, L + 1:L + 1 + width])
 
     def _verify_dynamic(self, tree: TreeBatch, cache: DynamicCache) -> Acceptance:
         """Batch-1 verification on a DynamicCache: the tree is appended, then cut to the accepted path."""
         past = cache.get_seq_length()
         length = torch.full((1,), past, dtype=torch.int64, device=tree.device)
-        meta = TreeAttentionMetadata(torch.zeros_like(length), length, tree.ancestor_mask, self.backend)
+        meta = TreeAttentionMetadata.build(torch.zeros_like(length), length, tree.ancestor_mask, self.backend,
+                                           host_start=np.zeros(1, dtype=np.int64),
+                                           host_length=np.full(1, past, dtype=np.int64), region=tree.size)
         logits = model_forward(self.model, cache, tree.tokens, tree.positions(length), meta)
         acc = self._accept(tree, logits)
         keep = torch.cat([torch.arange(past, device=tree.device), past + acc.node_index[0]])

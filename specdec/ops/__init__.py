@@ -7,12 +7,13 @@ from ._backend import BACKENDS
 from .logprob import (path_mean, path_mean_ref, token_logprob, token_logprob_from_logits,
                       token_logprob_from_logits_ref, token_logprob_ref)
 from .smart_expand import COST_FIELDS, Expansion, smart_cost, smart_expand, smart_expand_ref
-from .tree_attention import tree_attention, tree_attention_ref
+from .tree_attention import (SdpaPlan, sdpa_plan, tree_attention, tree_attention_mask, tree_attention_ref,
+                             tree_attention_sdpa)
 from .tree_metadata import tree_metadata
 
 __all__ = [
     "BACKENDS",
-    "tree_attention", "tree_attention_ref",
+    "tree_attention", "tree_attention_ref", "tree_attention_sdpa", "tree_attention_mask", "SdpaPlan", "sdpa_plan",
     "tree_metadata",
     "smart_expand", "smart_expand_ref", "smart_cost", "Expansion", "COST_FIELDS",
     "token_logprob", "token_logprob_ref", "token_logprob_from_logits", "token_logprob_from_logits_ref",

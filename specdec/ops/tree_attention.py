@@ -1,22 +1,26 @@
 """K1, tree-mask attention: launcher and pure-torch reference (DESIGN 4).
 
 The launcher checks shapes, dtypes and devices (cheap, always) and dispatches on ``backend``: the
-reference `tree_attention_ref`, or the Triton kernels of ``kernels/tree_attention.py`` (tiles and
-prefix splits picked here, from shapes only: no host sync).
+reference `tree_attention_ref` (the oracle), the production torch path `tree_attention_sdpa` (torch's
+SDPA over the live cache region, planned once per forward by `sdpa_plan`), or the Triton kernels of
+``kernels/tree_attention.py`` (tiles and prefix splits picked here, from shapes only: no host sync).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..tree import unpack_bits
 from ._backend import kernel_module, resolve_backend
 
-__all__ = ["tree_attention", "tree_attention_ref"]
+__all__ = ["tree_attention", "tree_attention_ref", "tree_attention_sdpa", "tree_attention_mask", "SdpaPlan", "sdpa_plan"]
 
 _LOG2E = 1.4426950408889634
 # Prefix splitting (flash-decoding): split only while the (b, kv head, row tile) programs fill fewer
@@ -38,6 +42,7 @@ def tree_attention(
     out: Tensor | None = None,
     backend: str = "auto",
     num_splits: int | None = None,
+    plan: "SdpaPlan | None" = None,
 ) -> Tensor:
     """Attention of tree nodes over a per-row cache prefix plus their own ancestors (DESIGN K1).
 
@@ -59,6 +64,8 @@ def tree_attention(
     num_splits: Triton backend only: how many programs share each row's prefix, their partial results
                merged by log-sum-exp. None picks it from B * Hkv and S (1 off CUDA); an int forces it
                (tests force the split path on the CPU).
+    plan:      sdpa backend only: the live slot count and dense mask from `sdpa_plan`, built once per
+               forward and shared by every layer; None plans here over the whole buffer.
     """
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(f"q, k, v: expected 4-D tensors, got {q.ndim}, {k.ndim}, {v.ndim} dims")
@@ -85,11 +92,18 @@ def tree_attention(
         raise ValueError(f"out: expected {tuple(q.shape)} {q.dtype} on {q.device}, got {tuple(out.shape)} {out.dtype}")
     if num_splits is not None and (not isinstance(num_splits, int) or num_splits < 1):
         raise ValueError(f"num_splits: expected None or an int >= 1, got {num_splits!r}")
+    if plan is not None:
+        plan.check(B, T, k.shape[2], q.device)
     scale = D**-0.5 if scale is None else float(scale)
 
-    if resolve_backend(backend, q.device) == "triton":
+    resolved = resolve_backend(backend, q.device, fast_torch="sdpa")
+    if resolved == "triton":
         return _tree_attention_triton(q, k, v, start, length, tree_mask, scale, out, num_splits)
-    result = tree_attention_ref(q, k, v, start, length, tree_mask, scale=scale)
+    if resolved == "sdpa":
+        plan = sdpa_plan(start, length, tree_mask, k.shape[2]) if plan is None else plan
+        result = tree_attention_sdpa(q, k, v, plan, scale=scale)
+    else:
+        result = tree_attention_ref(q, k, v, start, length, tree_mask, scale=scale)
     if out is None:
         return result
     return out.copy_(result)
@@ -113,15 +127,7 @@ def tree_attention_ref(
     """
     B, Hq, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
-    slots = torch.arange(S, device=q.device)
-    start, length = start.to(torch.int64), length.to(torch.int64)
-    prefix = (slots[None, :] >= start[:, None]) & (slots[None, :] < length[:, None])  # [B, S]
-    rel = slots[None, :] - length[:, None]  # [B, S]: slot's index in the tree region
-    region = tree_mask.shape[2] * 32
-    in_tree = (rel >= 0) & (rel < region)
-    bits = unpack_bits(tree_mask, region)  # [B, T, region]
-    from_tree = torch.gather(bits, 2, rel.clamp(0, region - 1)[:, None, :].expand(B, T, S)) & in_tree[:, None, :]
-    allowed = prefix[:, None, :] | from_tree  # [B, T, S]
+    allowed = tree_attention_mask(start, length, tree_mask, S)  # [B, T, S]
     group = Hq // Hkv
     acc = torch.promote_types(q.dtype, torch.float32) if compute_dtype is None else compute_dtype
     kf = k.to(acc).repeat_interleave(group, dim=1)
@@ -130,6 +136,78 @@ def tree_attention_ref(
     scores = scores.masked_fill(~allowed[:, None], float("-inf"))
     probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a node with nothing visible gets zeros
     return torch.matmul(probs, vf).to(q.dtype)
+
+
+def tree_attention_mask(start: Tensor, length: Tensor, tree_mask: Tensor, num_slots: int) -> Tensor:
+    """The dense visibility mask of `tree_attention`'s contract: [B, T, num_slots] bool, True where node
+    i of row b may read slot s (s in ``[start[b], length[b])``, or ``s = length[b] + m`` with bit m of
+    its mask set). Used by the reference (whole buffer) and by `sdpa_plan` (the live slots only)."""
+    B, T = tree_mask.shape[:2]
+    slots = torch.arange(num_slots, device=tree_mask.device)
+    start, length = start.to(torch.int64), length.to(torch.int64)
+    prefix = (slots[None, :] >= start[:, None]) & (slots[None, :] < length[:, None])  # [B, S]
+    rel = slots[None, :] - length[:, None]  # [B, S]: slot's index in the tree region
+    region = tree_mask.shape[2] * 32
+    in_tree = (rel >= 0) & (rel < region)
+    bits = unpack_bits(tree_mask, region)  # [B, T, region]
+    from_tree = torch.gather(bits, 2, rel.clamp(0, region - 1)[:, None, :].expand(B, T, num_slots)) & in_tree[:, None, :]
+    return prefix[:, None, :] | from_tree
+
+
+@dataclass(frozen=True)
+class SdpaPlan:
+    """How the sdpa backend runs one forward's attention; built once per forward (`sdpa_plan`) and
+    shared by every layer, so no layer rebuilds a mask.
+
+    kv_len: host int, slots ``[0, kv_len)`` hold everything any node may see (the live region: the
+            longest row's committed tokens plus the tree region); the rest of the buffer is never read.
+    mask:   [B, 1, T, kv_len] bool, True = visible; None when no mask is needed (then `causal` says
+            whether node i sees slots ``[0, i]``, a prompt block, or every live slot, a root-only step).
+    """
+
+    kv_len: int
+    mask: Tensor | None
+    causal: bool = False
+
+    def check(self, B: int, T: int, S: int, device: torch.device) -> None:
+        if not 1 <= self.kv_len <= S:
+            raise ValueError(f"plan: kv_len {self.kv_len} outside the buffer's 1..{S} slots")
+        if self.mask is not None and (self.mask.shape != (B, 1, T, self.kv_len) or self.mask.dtype != torch.bool
+                                      or self.mask.device != device):
+            raise ValueError(f"plan: mask expected [{B}, 1, {T}, {self.kv_len}] bool on {device}, got "
+                             f"{tuple(self.mask.shape)} {self.mask.dtype} on {self.mask.device}")
+        if self.mask is None and self.causal and self.kv_len != T:
+            raise ValueError(f"plan: a causal plan needs kv_len == T, got {self.kv_len} and {T}")
+
+
+def sdpa_plan(start: Tensor, length: Tensor, tree_mask: Tensor, kv_len: int, *,
+              host_start: np.ndarray | None = None, host_length: np.ndarray | None = None,
+              chain: bool = False) -> SdpaPlan:
+    """Plan a forward's attention over the live slots ``[0, kv_len)`` (kv_len: host int, at least
+    ``max(length) + `` the tree region's size).
+
+    With the host copies of start and length (no device sync), the two common shapes need no mask at
+    all: a root-only step over rows with no padding and equal lengths (each node sees every live slot),
+    and a prompt block (``chain=True``: the T nodes of every row form one unpadded chain) written to
+    empty rows (causal). Everything else gets the dense [B, 1, T, kv_len] mask, built here once.
+    """
+    T = tree_mask.shape[1]
+    if host_start is not None and host_length is not None and not host_start.any():
+        same = bool((host_length == host_length[0]).all())
+        if same and kv_len == int(host_length[0]) + 1 and T == 1:
+            return SdpaPlan(kv_len, None, causal=False)
+        if same and chain and int(host_length[0]) == 0 and kv_len == T:
+            return SdpaPlan(kv_len, None, causal=True)
+    return SdpaPlan(kv_len, tree_attention_mask(start, length, tree_mask, kv_len)[:, None])
+
+
+def tree_attention_sdpa(q: Tensor, k: Tensor, v: Tensor, plan: SdpaPlan, *, scale: float) -> Tensor:
+    """`tree_attention` through torch's SDPA (the production path off GPU): only the live slots are
+    read, in the inputs' dtype (SDPA accumulates low precision in fp32), grouped-query heads without
+    copying K/V (``enable_gqa``). Every node must see at least itself (the contract guarantees it)."""
+    k, v = k[:, :, : plan.kv_len], v[:, :, : plan.kv_len]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=plan.mask, is_causal=plan.mask is None and plan.causal,
+                                          scale=scale, enable_gqa=q.shape[1] != k.shape[1])
 
 
 def _tree_attention_triton(
