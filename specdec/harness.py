@@ -110,10 +110,19 @@ class MethodResult:
     accepted_histogram: dict[int, int]
     speedup_vs_ar: float | None = None
     identical_to_ar: bool | None = None
+    rows_differing_from_ar: int | None = None  # rows whose output is not AR's, token for token
+    first_difference_at: list[int] | None = None  # per differing row: index of its first new token that differs
+
+    def identity_note(self) -> str:
+        """"yes", or how many rows differ and where (in low precision a logit tie can flip a token)."""
+        if self.identical_to_ar or self.rows_differing_from_ar is None:
+            return "yes" if self.identical_to_ar else "-"
+        return f"{self.rows_differing_from_ar} rows differ (first at token {min(self.first_difference_at)})"
 
     def row(self) -> dict:
         out = asdict(self)
         out["accepted_histogram"] = json.dumps(self.accepted_histogram)
+        out["first_difference_at"] = json.dumps(self.first_difference_at)
         return out
 
 
@@ -163,7 +172,19 @@ def compare_to_ar(results: list[MethodResult], outputs: dict[tuple, list[list[in
         key = (r.prompt_set, r.batch_size)
         ar = next(x for x in results if x.method == "ar" and (x.prompt_set, x.batch_size) == key)
         r.speedup_vs_ar = r.tokens_per_second / ar.tokens_per_second if ar.tokens_per_second else None
-        r.identical_to_ar = outputs[(r.method,) + key] == outputs[("ar",) + key]
+        ours, ar_out = outputs[(r.method,) + key], outputs[("ar",) + key]
+        firsts = [first_difference(a, b) for a, b in zip(ours, ar_out)]
+        r.first_difference_at = [f for f in firsts if f is not None]
+        r.rows_differing_from_ar = len(r.first_difference_at)
+        r.identical_to_ar = r.rows_differing_from_ar == 0
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first position where two token lists differ (a length difference counts), or None."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def plot_results(results: list[MethodResult], out: Path, title: str) -> list[Path]:

@@ -1,0 +1,27 @@
+"""The harness's comparison with AR: speedup, identity, and where a row first differs."""
+
+from __future__ import annotations
+
+from specdec.harness import MethodResult, compare_to_ar, first_difference
+
+
+def result(method: str, tps: float) -> MethodResult:
+    return MethodResult(method, "humaneval", 2, 2, 10, 1.0, tps, 1.0, 1.0, {1: 10})
+
+
+def test_first_difference():
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], [1, 5, 3]) == 1
+    assert first_difference([1, 2], [1, 2, 9]) == 2  # one row stopped (EOS) where the other did not
+
+
+def test_compare_to_ar_reports_rows_and_first_token():
+    results = [result("ar", 100.0), result("tree", 150.0), result("chain", 50.0)]
+    key = ("humaneval", 2)
+    outputs = {("ar",) + key: [[1, 2, 3], [4, 5, 6]], ("tree",) + key: [[1, 2, 3], [4, 5, 6]],
+               ("chain",) + key: [[1, 2, 7], [4, 5, 6]]}
+    compare_to_ar(results, outputs)
+    ar, tree, chain = results
+    assert tree.identical_to_ar and tree.speedup_vs_ar == 1.5 and tree.identity_note() == "yes"
+    assert not chain.identical_to_ar and chain.rows_differing_from_ar == 1 and chain.first_difference_at == [2]
+    assert chain.identity_note() == "1 rows differ (first at token 2)"
