@@ -4,6 +4,7 @@ output identity of the retrieval supplier (DESIGN 5, issue 9)."""
 from __future__ import annotations
 
 import sysconfig
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,10 +14,13 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 import specdec
 from conftest import VOCAB, ragged_prompts
+from specdec.cost import CostModel
 from specdec.datastore import Datastore, Match
 from specdec.demo_pair import pair_path
 from specdec.models import load_tokenizer
 from specdec.state import DecodeState
+from specdec.profiling import device_name
+from specdec.suppliers.retrieval import _leaves_before, smart_keep
 from specdec.suppliers.trie import prefix_trie
 from test_generate import models, reference  # noqa: F401  (the architecture grid fixture and the oracle)
 
@@ -272,6 +276,9 @@ def test_supplier_tree_from_a_hand_worked_store(tmp_path):
     (dict(min_suffix=5, max_suffix=3), "min_suffix: 5 exceeds max_suffix 3"),
     (dict(budget=0), "budget: expected an int >= 1"),
     (dict(continuation=True), "continuation: expected an int >= 1"),
+    (dict(alpha=0), "alpha: expected a number > 0"),
+    (dict(benefit="gain"), "benefit: 'gain' is not one of"),
+    (dict(cost_model="fast"), "cost_model: expected a CostModel, a Profile or None, got str"),
 ])
 def test_supplier_arguments(tmp_path, kwargs, match):
     store = Datastore.build(None, [np.array([1, 2])], tmp_path, vocab_size=5, progress=False)
@@ -335,3 +342,76 @@ def test_identity_eos_mid_batch(tmp_path, models):
 
 def test_match_type_is_exported():
     assert Match.__module__ == "specdec.datastore" and specdec.Datastore is Datastore
+
+
+# ---------------------------------------------------------------------------------------------- SMART's rule
+def exp_cost(delta: float) -> CostModel:
+    """Verification cost C(n) = 1 + (exp(delta n) - 1) = exp(delta n), so SMART's test alpha * gain / C'(n) >
+    L / C(n) reads alpha * gain / delta > L. lambda = 5 is a draft cost that retrieval must ignore."""
+    return CostModel(c0=1.0, lam=5.0, gamma=1.0, delta=delta, rho=1.0, form="paper", c_target=1.0, batch_size=1,
+                     context_len=0, batch_rule="test", device=device_name(torch.device("cpu")), dtype="float32",
+                     target="", draft=None,
+                     sizes=(1, 2, 4), verify_seconds=(1.0, 1.0, 1.0), draft_seconds=None, fits={}, errors={})
+
+
+def test_smart_rule_on_a_hand_worked_trie():
+    # 10 continuations; prefixes by frequency: [1] .8, [1 2] .5, [1 3] .3, [4] .1 ... (counts 8, 5, 3, 1, ...)
+    cont = np.array([[[1, 2, 5]] * 5 + [[1, 3, -1]] * 3 + [[4, -1, -1]] + [[6, 7, -1]]])
+    trie = prefix_trie(cont)
+    cost = replace(exp_cost(0.1), lam=0.0)  # the supplier drops lambda the same way
+    # frequency order [1] .8, [1 2] .5, [1 2 5] .5, [1 3] .3, [4] .1, [6] .1, [6 7] .1; paths before each:
+    order = np.array([[1, 4, 7, 5, 2, 3, 6]])  # those prefixes' node indices in the breadth-first trie
+    assert [trie.tokens[0, i] for i in order[0]] == [1, 2, 5, 3, 4, 6, 7]
+    assert _leaves_before(trie, order, np.ones_like(order, dtype=bool)).tolist() == [[1, 1, 1, 1, 2, 3, 4]]
+    # "expected", alpha 1 (test 10 p > L_j): .8 > .1, .5 > .18, .5 > .23, .3 > .28, then .1 > .31 fails
+    keep = smart_keep(trie, cost, alpha=1.0, benefit="expected")
+    sub = trie.select(keep)
+    paths = {tuple(p) for p in tree_paths(sub)}
+    assert sub.num_nodes.tolist() == [5] and paths == {(1, 2, 5), (1, 3)}
+    # "paper", alpha .7 (test 7 p / leaves > L_j): 5.6 > 1, 3.5 > 1.8, 3.5 > 2.3, then 2.1 > 2.8 fails
+    assert trie.select(smart_keep(trie, cost, 0.7, "paper")).num_nodes.tolist() == [4]
+    # alpha 3.15: [4] passes "expected" (3.15 > L 3.1, then [6] fails: 3.15 < 3.2) but not "paper" (3.15 / 2 leaves)
+    assert trie.select(smart_keep(trie, cost, 3.15, "expected")).num_nodes.tolist() == [6]
+    assert trie.select(smart_keep(trie, cost, 3.15, "paper")).num_nodes.tolist() == [5]
+
+
+def tree_paths(trie) -> list[list[int]]:
+    leaves = set(range(1, int(trie.num_nodes[0]))) - set(trie.parents[0, 1:int(trie.num_nodes[0])].tolist())
+    out = []
+    for leaf in leaves:
+        path, i = [], leaf
+        while i > 0:
+            path.append(int(trie.tokens[0, i]))
+            i = int(trie.parents[0, i])
+        out.append(path[::-1])
+    return out
+
+
+def test_smart_rule_sizes_trees_between_root_and_budget(tmp_path):
+    docs = [np.array([1, 2] + [3 + (i * 7 + j) % 20 for j in range(8)]) for i in range(30)]
+    store = Datastore.build(None, docs, tmp_path, vocab_size=VOCAB, progress=False)
+    ids = torch.tensor([[5, 1, 2]])
+    state = DecodeState.begin(ids, torch.zeros(1, dtype=torch.int64), max_new_tokens=4, capacity=80, eos_token_ids=[],
+                              pad_token_id=0)
+    sizes = {}
+    for name, delta in (("flat", 1e-6), ("steep", 3.0)):
+        sup = specdec.RetrievalSupplier(store, budget=24, cost_model=exp_cost(delta))
+        tree = sup.propose(state)
+        tree.validate(vocab_size=VOCAB)
+        sizes[name] = int(tree.num_nodes[0])
+    plain = int(specdec.RetrievalSupplier(store, budget=24).propose(state).num_nodes[0])
+    assert sizes["flat"] == plain == 24  # cost nearly flat: the budget binds (had lambda = 5 counted: root only)
+    assert sizes["steep"] == 1  # each node costs e^3 times the last: the root alone
+
+
+@pytest.mark.hf
+def test_identity_with_smart_rule(tmp_path, models):
+    arch, target, _ = models
+    ids, mask = ragged_prompts([5, 11, 8])
+    ref = reference(target, ids, mask, 24, eos=None)
+    store = store_of_outputs(tmp_path, ids, mask, ref[:, ids.shape[1]:ids.shape[1] + 16])
+    sup = specdec.RetrievalSupplier(store, continuation=6, budget=16, cost_model=exp_cost(0.05))
+    out = specdec.SpeculativeGenerator(target, sup).generate(ids, attention_mask=mask, max_new_tokens=24,
+                                                             pad_token_id=0, eos_token_id=[])
+    assert torch.equal(out.sequences, ref), arch
+    assert out.stats.mean_accepted_length > 1.5

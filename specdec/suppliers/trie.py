@@ -50,6 +50,26 @@ class Trie:
         out[:, 0] = 0.0
         return out
 
+    def select(self, keep: np.ndarray) -> "Trie":
+        """The sub-trie of the nodes where keep [B, T] bool is set (the root is always kept).
+
+        `keep` must be prefix-closed; node order (and so topological order) is preserved.
+        """
+        keep = keep & (np.arange(self.tokens.shape[1])[None, :] < self.num_nodes[:, None])
+        keep[:, 0] = True
+        new = np.cumsum(keep, axis=1) - 1  # [B, T]: new index of each kept node
+        num_nodes = keep.sum(1).astype(np.int64)
+        T = int(num_nodes.max())
+        B = keep.shape[0]
+        tokens, counts = np.zeros((B, T), dtype=np.int64), np.zeros((B, T), dtype=np.int64)
+        parents = np.full((B, T), -1, dtype=np.int64)
+        b, i = np.nonzero(keep)
+        tokens[b, new[b, i]] = self.tokens[b, i]
+        counts[b, new[b, i]] = self.counts[b, i]
+        up = self.parents[b, i]
+        parents[b, new[b, i]] = np.where(up >= 0, new[b, np.maximum(up, 0)], -1)
+        return Trie(tokens, parents, num_nodes, counts)
+
 
 def prefix_trie(cont: np.ndarray, *, budget: int | None = None, presorted: bool = False) -> Trie:
     """Merge [B, M, K] continuations (-1 padded at the end, so valid tokens form a prefix) into tries.
