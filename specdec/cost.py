@@ -36,7 +36,7 @@ from transformers import PreTrainedModel
 
 from .profiling import Profile, finite_list, read_json, require_fields, device_name, model_name
 
-__all__ = ["CostModel", "FORMS", "check_compatible"]
+__all__ = ["CostModel", "FORMS", "check_compatible", "plot_fits"]
 
 FORMS = ("paper", "intercept")
 # "intercept" must beat the paper form's error by this factor to be chosen (the models are nested).
@@ -246,29 +246,35 @@ class CostModel:
 
     def plot(self, path: str | Path) -> Path:
         """Measured step times (verify + draft) and both fitted forms against tree size, as a PNG."""
-        import matplotlib
+        return plot_fits([self], path)
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
 
-        n = np.array(self.sizes, dtype=np.float64)
-        total = np.array(self.verify_seconds) + (0.0 if self.draft_seconds is None else np.array(self.draft_seconds))
+def plot_fits(models: list[CostModel], path: str | Path) -> Path:
+    """One panel per cost model (e.g. per batch size): measured points and both fitted forms."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False)
+    for ax, m in zip(axes[0], models):
+        n = np.array(m.sizes, dtype=np.float64)
+        total = np.array(m.verify_seconds) + (0.0 if m.draft_seconds is None else np.array(m.draft_seconds))
         grid = np.geomspace(n.min(), n.max(), 200)
-        fig, ax = plt.subplots(figsize=(5, 3.6))
         ax.plot(n, total * 1e3, "ko", label="measured (verify + draft)")
         for form in FORMS:
-            style = "-" if form == self.form else "--"
-            ax.plot(grid, _cost(self.fits[form], grid) * 1e3, style,
-                    label=f"{form} fit (err {self.errors[form]:.1%}){' *' if form == self.form else ''}")
+            chosen = form == m.form
+            ax.plot(grid, _cost(m.fits[form], grid) * 1e3, "-" if chosen else "--",
+                    label=f"{form} fit (err {m.errors[form]:.1%}){' *' if chosen else ''}")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("tree size |T| (nodes)")
         ax.set_ylabel("step time (ms)")
-        ax.set_title(f"batch {self.batch_size}, context {self.context_len}\n{self.device}", fontsize=8)
+        ax.set_title(f"batch {m.batch_size}, context {m.context_len}\n{m.device}", fontsize=8)
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        return Path(path)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
 
 
 def check_compatible(record: "CostModel | Profile", target: PreTrainedModel,

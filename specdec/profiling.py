@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
-__all__ = ["Profile", "profile", "device_name", "model_name", "DEFAULT_SIZES", "DEFAULT_BATCH_SIZES"]
+__all__ = ["Profile", "profile", "cached_profile", "device_name", "model_name", "DEFAULT_SIZES", "DEFAULT_BATCH_SIZES"]
 
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DEFAULT_BATCH_SIZES = (1, 4, 8, 16)
@@ -265,3 +265,29 @@ def profile(target: PreTrainedModel, draft: PreTrainedModel | None = None, *,
                    verify_seconds=tuple(map(tuple, table["verify"])),
                    draft_seconds=tuple(map(tuple, table["draft"])) if draft is not None else None,
                    spread=spread, versions=_versions(), created=time.strftime("%Y-%m-%dT%H:%M:%S"))
+
+
+def cached_profile(target: PreTrainedModel, draft: PreTrainedModel | None = None, *, progress: bool = True,
+                   **settings) -> Profile:
+    """`profile(target, draft, **settings)`, run once per device, dtype, models and settings and kept as JSON
+    under $SPECDEC_CACHE/profiles (default ~/.cache/specdec/profiles). A cached file that no longer
+    validates is measured again."""
+    import hashlib
+    import os
+
+    from . import __version__
+
+    key = json.dumps({"device": device_name(target.device), "dtype": str(target.dtype), "target": model_name(target),
+                      "draft": model_name(draft), "specdec": __version__,
+                      **{k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}}, sort_keys=True)
+    root = Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec")) / "profiles"
+    path = root / f"profile-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    if path.is_file():
+        try:
+            return Profile.load(path)
+        except ValueError:
+            pass
+    prof = profile(target, draft, progress=progress, **settings)
+    root.mkdir(parents=True, exist_ok=True)
+    prof.save(path)
+    return prof

@@ -90,6 +90,7 @@ class SmartSupplier(Supplier):
         most = 1 + topk + (max_depth - 1) * frontier * topk
         self.budget = most if budget is None else min(budget, most)
         self._models: dict[int, CostModel] = {}
+        self.trace: list[tuple[Tensor, int]] = []  # per step: mean predicted L over rows (device), tree width
 
     def attach(self, target: PreTrainedModel) -> None:
         self.runner.attach(target)
@@ -175,7 +176,19 @@ class SmartSupplier(Supplier):
             logits = self.runner.forward_layer(front_tok, parent_slot)
         if not self.early_stop:
             width = int(size.max())  # the step's one sync in this mode: the tree's width
+        self.trace.append((length.mean(), width))
         return TreeBatch(tokens[:, :width], parents[:, :width], size, logp[:, :width], max_depth=depth)
+
+    def predicted(self) -> dict[str, float]:
+        """What the cost model predicted over the steps in `trace` (cleared by the caller between runs):
+        mean expected accepted length L and mean speedup c_T * L / C(width) per step. One host sync."""
+        if not self.trace:
+            return {"predicted_accepted_length": 0.0, "predicted_speedup": 0.0}
+        lengths = torch.stack([t for t, _ in self.trace]).double().cpu().numpy()
+        widths = np.array([w for _, w in self.trace], dtype=np.float64)
+        model = self.cost_model
+        return {"predicted_accepted_length": float(lengths.mean()),
+                "predicted_speedup": float(np.mean(model.speedup(lengths, widths)))}
 
     @staticmethod
     def _next_frontier(exp, keep: Tensor, F: int) -> tuple[Tensor, Tensor, Tensor]:
