@@ -85,18 +85,19 @@ def tree_attention(
     W = math.ceil(T / 32)
     if tree_mask.ndim != 3 or tree_mask.shape[:2] != (B, T) or tree_mask.shape[2] < W or tree_mask.dtype != torch.int32:
         raise ValueError(f"tree_mask: expected [{B}, {T}, >={W}] int32, got {tuple(tree_mask.shape)} {tree_mask.dtype}")
+    device = q.device  # read once: every layer of every forward runs these checks
     for name, t in (("k", k), ("v", v), ("start", start), ("length", length), ("tree_mask", tree_mask)):
-        if t.device != q.device:
-            raise ValueError(f"{name}: on {t.device}, q on {q.device}")
-    if out is not None and (out.shape != q.shape or out.dtype != q.dtype or out.device != q.device):
-        raise ValueError(f"out: expected {tuple(q.shape)} {q.dtype} on {q.device}, got {tuple(out.shape)} {out.dtype}")
+        if t.device != device:
+            raise ValueError(f"{name}: on {t.device}, q on {device}")
+    if out is not None and (out.shape != q.shape or out.dtype != q.dtype or out.device != device):
+        raise ValueError(f"out: expected {tuple(q.shape)} {q.dtype} on {device}, got {tuple(out.shape)} {out.dtype}")
     if num_splits is not None and (not isinstance(num_splits, int) or num_splits < 1):
         raise ValueError(f"num_splits: expected None or an int >= 1, got {num_splits!r}")
     if plan is not None:
-        plan.check(B, T, k.shape[2], q.device)
+        plan.check(B, T, k.shape[2], device)
     scale = D**-0.5 if scale is None else float(scale)
 
-    resolved = resolve_backend(backend, q.device, fast_torch="sdpa")
+    resolved = resolve_backend(backend, device, fast_torch="sdpa")
     if resolved == "triton":
         return _tree_attention_triton(q, k, v, start, length, tree_mask, scale, out, num_splits)
     if resolved == "sdpa":

