@@ -61,9 +61,7 @@ class DraftRunner:
     def commit(self, acc: Acceptance) -> None:
         """Next step's catch-up chain: the accepted tokens and the bonus (the new root)."""
         self.cache.rollback()
-        B, A = acc.tokens.shape
-        parents = torch.arange(-1, A - 1, device=acc.tokens.device).expand(B, A)
-        self._pending = TreeBatch(acc.tokens.clamp(min=0), parents.contiguous(), acc.num_accepted + 1, max_depth=A - 1)
+        self._pending = TreeBatch.chain(acc.tokens.clamp(min=0), acc.num_accepted + 1)  # metadata without pointer jumping
         self._pending_host = acc.host_num_accepted + 1
 
     def catch_up(self) -> Tensor:
