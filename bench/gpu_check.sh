@@ -28,6 +28,10 @@ echo "== microbenchmarks"
 timeout 300 python3 -m pytest bench -q -p no:cacheprovider --benchmark-only --benchmark-columns=median,iqr \
   2>&1 | tail -n 60 | tee "$OUT/bench.txt"
 
+echo "== parity: plain decoding through specdec's loop vs generate() (embedded target)"
+timeout 120 python3 bench/parity.py --device cuda --models demo-target --new-tokens 64 1024 --contexts 64 512 960 \
+  --repeats 3 --out "$DATA" 2>&1 | tail -n 12 | tee "$OUT/parity.txt"
+
 echo "== end to end (embedded pair, Spec-Bench prompts)"
 timeout 120 python3 bench/e2e.py --device cuda --prompt-sets spec_bench --num-prompts 16 --batch-sizes 1 4 16 \
   --max-new-tokens 64 --out "$DATA" 2>&1 | tail -n 30 | tee "$OUT/e2e.txt"
