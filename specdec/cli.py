@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--device", default="auto")
     demo.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     demo.add_argument("--out", type=Path, default=Path("specdec-demo"), help="where demo.json and demo.png go")
-    demo.add_argument("--quick", action="store_true", help="2 prompts, 16 new tokens (a smoke test)")
+    demo.add_argument("--quick", action="store_true", help="2 prompts, 16 new tokens, a small retrieval store "
+                      "(a smoke test)")
     # The demo pair's best tree on a 2-core CPU among those measured (README: "The embedded demo pair").
     add_tree_options(demo, depth=4, topk=2, total_tokens=10)
     # Retrieval's budget on this CPU is not tuned yet: 16 nodes keep verification cheap (README: retrieval).
@@ -100,12 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_datastore(path: Path | None, tokenizer, target_name: str) -> Datastore:
-    """The datastore for method retrieval: `path`, or with the demo target the cached standard-library one."""
+def load_datastore(path: Path | None, tokenizer, target_name: str, stdlib_files: int | None = None) -> Datastore:
+    """The datastore for method retrieval: `path`, or with the demo target the cached standard-library one
+    (its first `stdlib_files` files; None: all)."""
     if path is not None:
         return Datastore.open(path, tokenizer=tokenizer)
     if target_name == "demo-target":
-        return stdlib_datastore(tokenizer)
+        return stdlib_datastore(tokenizer, max_files=stdlib_files)
     raise ValueError("--datastore: method 'retrieval' needs a datastore built with the target's tokenizer "
                      "(specdec datastore build)")
 
@@ -141,9 +143,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch-size: expected > 0, got {args.batch_size}")
     prompts = read_prompts(args)
     tokenizer = load_tokenizer(args.target)
+    # the datastore before the models: a wrong one fails in milliseconds
+    datastore = load_datastore(args.datastore, tokenizer, args.target) if args.method == "retrieval" else None
     target = load_model(args.target, dtype=args.dtype, device=args.device)
     draft = load_model(args.draft, dtype=args.dtype, device=str(target.device)) if args.draft else None
-    datastore = load_datastore(args.datastore, tokenizer, args.target) if args.method == "retrieval" else None
     supplier = harness.make_supplier(args.method, draft, depth=args.depth, topk=args.topk,
                                      total_tokens=args.total_tokens, datastore=datastore, budget=args.budget)
     generator = SpeculativeGenerator(target, supplier)
@@ -172,7 +175,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None, prompt_sets: list[str],
-             num_prompts: int, methods: list[str], chat: bool = False) -> tuple[list[harness.MethodResult], dict]:
+             num_prompts: int, methods: list[str], chat: bool = False,
+             stdlib_files: int | None = None) -> tuple[list[harness.MethodResult], dict]:
     """Run methods x prompt sets x batch sizes on one model pair; results carry speedup and identity vs AR."""
     if args.max_new_tokens <= 0:
         raise ValueError(f"--max-new-tokens: expected > 0, got {args.max_new_tokens}")
@@ -187,7 +191,7 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
     if "retrieval" in methods:
         if any(b < 1 for b in args.budgets):
             raise ValueError(f"--budgets: expected sizes >= 1, got {args.budgets}")
-        datastore = load_datastore(args.datastore, tokenizer, target_name)
+        datastore = load_datastore(args.datastore, tokenizer, target_name, stdlib_files)
         runs.update({"retrieval" if len(args.budgets) == 1 else f"retrieval-{b}": ("retrieval", b)
                      for b in args.budgets})
     results, outputs, skipped = [], {}, {}
@@ -231,7 +235,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         args.prompts, args.max_new_tokens = 2, 16
     args.batch_sizes = [1]
     args.datastore, args.budgets = None, [args.budget]
-    results, env = evaluate(args, "demo-target", "demo-draft", ["humaneval"], args.prompts, list(METHODS))
+    # --quick retrieves from the first 100 stdlib files (~0.5M tokens, seconds to build) instead of all (~8.6M)
+    results, env = evaluate(args, "demo-target", "demo-draft", ["humaneval"], args.prompts, list(METHODS),
+                            stdlib_files=100 if args.quick else None)
     print_table(results)
     args.out.mkdir(parents=True, exist_ok=True)
     doc = {"environment": env, "results": [r.row() for r in results],

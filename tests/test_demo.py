@@ -34,7 +34,7 @@ def test_demo_quick_runs_every_method_identical_to_ar(tmp_path, capsys):
     assert main(["demo", "--quick", "--device", "cpu", "--out", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "demo.json").read_text())
     assert doc["all_identical"] is True
-    assert [r["method"] for r in doc["results"]] == ["ar", "chain", "tree", "prompt-lookup"]
+    assert [r["method"] for r in doc["results"]] == ["ar", "chain", "tree", "prompt-lookup", "retrieval"]
     assert all(r["identical_to_ar"] and r["new_tokens"] > 0 for r in doc["results"])
     assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "prompt-lookup" in capsys.readouterr().out
