@@ -174,7 +174,7 @@ class CostModel:
             intercept = form == "intercept"
             eta, gamma, delta, rho = paper = _fit_verify(n, verify, intercept, start=paper)
             beta, lam = _fit_draft(n, draft, intercept)
-            fits[form] = [beta + eta, lam, gamma, delta, rho]
+            fits[form] = [float(x) for x in (beta + eta, lam, gamma, delta, rho)]
             pred = _cost(fits[form], n)
             errors[form] = float(np.sqrt(np.mean(((pred - total) / total) ** 2)))
         form = "intercept" if errors["intercept"] < INTERCEPT_MARGIN * errors["paper"] else "paper"

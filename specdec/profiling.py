@@ -59,7 +59,7 @@ def _versions() -> dict[str, str | None]:
 
 
 def finite_list(values: object, name: str, length: int) -> list[float]:
-    if not isinstance(values, list) or len(values) != length:
+    if not isinstance(values, (list, tuple)) or len(values) != length:
         raise ValueError(f"{name}: expected a list of {length} numbers, got {values!r:.80}")
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
                for v in values):
@@ -138,7 +138,7 @@ class Profile:
             if rows is None and name == "draft_seconds":
                 tables[name] = None
                 continue
-            if not isinstance(rows, list) or len(rows) != len(batch_sizes):
+            if not isinstance(rows, (list, tuple)) or len(rows) != len(batch_sizes):
                 raise ValueError(f"{what}: {name} needs one row per batch size ({len(batch_sizes)})")
             tables[name] = tuple(tuple(finite_list(r, f"{what}: {name}", len(sizes))) for r in rows)
         if not isinstance(doc["context_len"], int) or doc["context_len"] < 1:
