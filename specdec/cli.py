@@ -7,16 +7,19 @@ import csv
 import json
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from . import harness
+from .cost import CostModel, plot_fits
 from .datastore import HEADER, Datastore, stdlib_datastore
 from .generate import SpeculativeGenerator, Stats
 from .harness import METHODS, PROMPT_SETS
 from .models import DTYPES, load_model, load_tokenizer
+from .profiling import DEFAULT_SIZES, Profile, cached_profile, profile
 
 
 MODEL_HELP = "a local path, a hub id, demo-target / demo-draft (the embedded pair) or smollm2"
@@ -31,7 +34,45 @@ def add_tree_options(parser: argparse.ArgumentParser, depth: int = 5, topk: int 
 def add_retrieval_options(parser: argparse.ArgumentParser, budget: int = 64) -> None:
     parser.add_argument("--datastore", type=Path, help="datastore folder (method retrieval; `specdec datastore "
                         "build`); default with the demo target: the standard library, built on first use and cached")
-    parser.add_argument("--budget", type=int, default=budget, help="retrieval tree size, root included")
+    parser.add_argument("--budget", type=int, default=None, help=f"tree size cap, root included (retrieval: default "
+                        f"{budget}; smart: default none, the marginal rule alone decides)")
+
+
+# The cost profile `specdec demo` and a `--profile`-less smart run measure (cached): the knee of the demo
+# pair on a CPU lies within 128 nodes, and a 256-token context is what HumanEval prompts reach.
+AUTO_PROFILE = dict(context_len=256, sizes=DEFAULT_SIZES[:-1], repeats=3)
+
+
+def add_smart_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--profile", type=Path, help="cost profile of this pair (method smart; `specdec profile`); "
+                        "default: profile it here, once, cached")
+    parser.add_argument("--alpha", type=float, default=0.8, help="SMART's aggressiveness (smart)")
+    parser.add_argument("--benefit", choices=("paper", "expected"), default="paper", help="SMART's benefit rule")
+    parser.add_argument("--frontier", type=int, default=8, help="nodes forwarded per layer and row (smart)")
+    parser.add_argument("--max-depth", type=int, default=12, help="most layers of a SMART tree")
+    parser.add_argument("--padding-aware", action="store_true", help="SMART's padding-aware marginal cost (batches)")
+    parser.add_argument("--refit-every", type=int, help="SMART's online refit every N steps (default: off)")
+
+
+def add_profile_parser(sub: argparse._SubParsersAction) -> None:
+    prof = sub.add_parser("profile", help="time target (and draft) tree forwards for SMART's cost model")
+    prof.add_argument("--target", required=True, help=MODEL_HELP)
+    prof.add_argument("--draft", help=MODEL_HELP)
+    prof.add_argument("--batch-sizes", type=int_list, default=[1, 4, 8, 16], help="comma-separated, e.g. 1,4,8")
+    prof.add_argument("--context-len", type=int, default=512, help="tokens in the cache of every row")
+    prof.add_argument("--sizes", type=int_list, default=list(DEFAULT_SIZES), help="tree sizes, comma-separated")
+    prof.add_argument("--repeats", type=int, default=5)
+    prof.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    prof.add_argument("--device", default="auto")
+    prof.add_argument("--out", type=Path, required=True, help="profile JSON")
+    prof.add_argument("--plot", type=Path, help="PNG of the fits, one panel per batch size")
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 def add_datastore_parser(sub: argparse._SubParsersAction) -> None:
@@ -65,9 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     add_tree_options(gen)
     add_retrieval_options(gen)
+    add_smart_options(gen)
     gen.add_argument("--json", action="store_true", help="print one JSON document instead of text")
 
-    demo = sub.add_parser("demo", help="every method on HumanEval prompts with the embedded pair: one table")
+    demo = sub.add_parser("demo", help="every method on HumanEval prompts with the embedded pair (static tree and "
+                          "SMART also at batch 4): one table")
     demo.add_argument("--prompts", type=int, default=4, help="HumanEval prompts to run")
     demo.add_argument("--max-new-tokens", type=int, default=64)
     demo.add_argument("--device", default="auto")
@@ -97,6 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
                        "target: the standard library, built on first use and cached")
     bench.add_argument("--budgets", type=int, nargs="+", default=[64],
                        help="retrieval tree sizes, root included; several run as retrieval-<budget>")
+    bench.add_argument("--tree-sizes", type=int, nargs="+", help="static tree sizes (--total-tokens); several run "
+                       "as tree-<size>")
+    bench.add_argument("--profile", type=Path, help="cost profile for method smart; default: profile the pair "
+                       "here at the bench's batch sizes, once, cached")
+    bench.add_argument("--smart-variants", nargs="+", default=["default"], help="SmartSupplier options per smart "
+                       "run: 'default' or key=value,... (alpha, budget, benefit, topk, frontier, max_depth, "
+                       "padding_aware, early_stop, refit_every); several run as smart[<variant>]")
+    add_profile_parser(sub)
     add_datastore_parser(sub)
     return parser
 
@@ -122,6 +173,8 @@ def tokenizer_or_error(name: str):
 def read_prompts(args: argparse.Namespace) -> list[str]:
     if args.prompt:
         return list(args.prompt)
+    if not args.prompts_file.is_file():
+        raise ValueError(f"--prompts-file: no file at {args.prompts_file}")
     text = args.prompts_file.read_text(encoding="utf-8")
     if args.prompts_file.suffix != ".jsonl":
         return [line for line in text.splitlines() if line.strip()]
@@ -147,8 +200,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
     datastore = load_datastore(args.datastore, tokenizer, args.target) if args.method == "retrieval" else None
     target = load_model(args.target, dtype=args.dtype, device=args.device)
     draft = load_model(args.draft, dtype=args.dtype, device=str(target.device)) if args.draft else None
+    cost = smart_profile(args.profile, target, draft, [args.batch_size]) if args.method == "smart" and draft else None
+    smart = {"alpha": args.alpha, "budget": args.budget, "benefit": args.benefit, "topk": args.topk,
+             "frontier": args.frontier, "max_depth": args.max_depth, "padding_aware": args.padding_aware,
+             "refit_every": args.refit_every}
     supplier = harness.make_supplier(args.method, draft, depth=args.depth, topk=args.topk,
-                                     total_tokens=args.total_tokens, datastore=datastore, budget=args.budget)
+                                     total_tokens=args.total_tokens, datastore=datastore,
+                                     budget=64 if args.budget is None else args.budget, cost=cost, smart=smart)
     generator = SpeculativeGenerator(target, supplier)
     results, stats = [], []
     batches = range(0, len(prompts), args.batch_size)
@@ -174,6 +232,33 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def smart_profile(path: Path | None, target, draft, batch_sizes: list[int]) -> Profile:
+    """The cost profile for method smart: `path`, or this pair measured here (cached) at `batch_sizes`."""
+    if path is not None:
+        return Profile.load(path)
+    print("specdec: profiling the pair for SMART's cost model (once per machine and pair; cached)", file=sys.stderr)
+    return cached_profile(target, draft, batch_sizes=tuple(sorted(set(batch_sizes))), **AUTO_PROFILE)
+
+
+def variant_runs(args: argparse.Namespace, runs: dict, cost: Profile | None) -> tuple[dict, dict]:
+    """Static tree sizes (--tree-sizes) and SMART variants (--smart-variants) as runs of their own, in place
+    of "tree" and "smart"; returns the runs and each label's make_supplier options."""
+    out, options = {}, {}
+    for label, (method, budget) in runs.items():
+        if method == "tree":
+            sizes = getattr(args, "tree_sizes", None) or [args.total_tokens]
+            for n in sizes:
+                name = "tree" if len(sizes) == 1 else f"tree-{n}"
+                out[name], options[name] = (method, budget), {"total_tokens": n}
+        elif method == "smart":
+            for v in getattr(args, "smart_variants", None) or ["default"]:
+                name = "smart" if v == "default" else f"smart[{v}]"
+                out[name], options[name] = (method, budget), {"cost": cost, "smart": harness.smart_variant(v)}
+        else:
+            out[label] = (method, budget)
+    return out, options
+
+
 def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None, prompt_sets: list[str],
              num_prompts: int, methods: list[str], chat: bool = False,
              stdlib_files: int | None = None) -> tuple[list[harness.MethodResult], dict]:
@@ -194,8 +279,12 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
         datastore = load_datastore(args.datastore, tokenizer, target_name, stdlib_files)
         runs.update({"retrieval" if len(args.budgets) == 1 else f"retrieval-{b}": ("retrieval", b)
                      for b in args.budgets})
+    cost = smart_profile(getattr(args, "profile", None), target, draft, args.batch_sizes) if "smart" in methods else None
+    runs, options = variant_runs(args, runs, cost)
+    wide = getattr(args, "wide_methods", None)  # methods run at batch sizes > 1 (None: all)
     results, outputs, skipped = [], {}, {}
-    jobs = [(ps, bs, m) for ps in prompt_sets for bs in args.batch_sizes for m in runs]
+    jobs = [(ps, bs, m) for ps in prompt_sets for bs in args.batch_sizes for m in runs
+            if bs == 1 or wide is None or runs[m][0] in wide]
     encoded = {}
     for ps in prompt_sets:
         tokens = harness.encode(tokenizer, harness.load_prompts(ps, num_prompts), chat)
@@ -203,13 +292,18 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
         skipped[ps] = len(tokens) - len(encoded[ps])
     for ps, bs, m in tqdm(jobs, desc="runs", file=sys.stderr):
         method, budget = runs[m]
-        supplier = harness.make_supplier(method, draft, depth=args.depth, topk=args.topk, total_tokens=args.total_tokens,
-                                         datastore=datastore, budget=budget)
+        supplier = harness.make_supplier(method, draft, **{"depth": args.depth, "topk": args.topk, "datastore": datastore,
+                                                           "total_tokens": args.total_tokens, "budget": budget,
+                                                           **options.get(m, {})})
         harness.run_method(target, supplier, encoded[ps][:bs], batch_size=bs, max_new_tokens=4, method=m,
                            prompt_set=ps, pad_token_id=tokenizer.pad_token_id, eos_token_id=None)  # warm-up
+        if method == "smart":
+            supplier.trace.clear()  # its predictions are reported for the measured run only
         result, out = harness.run_method(target, supplier, encoded[ps], batch_size=bs, max_new_tokens=args.max_new_tokens,
                                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                                          method=m, prompt_set=ps)
+        if method == "smart":
+            vars(result).update(supplier.predicted())
         results.append(result)
         outputs[(m, ps, bs)] = out
     harness.compare_to_ar(results, outputs)
@@ -220,6 +314,8 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
     if datastore is not None:
         env["retrieval"] = {"datastore": str(datastore.path), "num_tokens": datastore.num_tokens,
                             "budgets": args.budgets}
+    if cost is not None:
+        env["smart"] = {"profile": asdict(cost), "variants": getattr(args, "smart_variants", None) or ["default"]}
     return results, env
 
 
@@ -233,7 +329,8 @@ def print_table(results: list[harness.MethodResult]) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     if args.quick:
         args.prompts, args.max_new_tokens = 2, 16
-    args.batch_sizes = [1]
+    # Static tree vs SMART at batch 1 and 4 (AR beside them for the speedups); the other methods at batch 1.
+    args.batch_sizes, args.wide_methods = [1, 4], ("ar", "tree", "smart")
     args.datastore, args.budgets = None, [args.budget]
     # --quick retrieves from the first 100 stdlib files (~0.5M tokens, seconds to build) instead of all (~8.6M)
     results, env = evaluate(args, "demo-target", "demo-draft", ["humaneval"], args.prompts, list(METHODS),
@@ -263,8 +360,27 @@ def cmd_bench(args: argparse.Namespace) -> int:
         writer.writeheader()
         writer.writerows(rows)
     harness.plot_results(results, out, f"{args.target} on {env['device']}")
+    if "smart" in env:
+        prof = Profile.from_dict(env["smart"]["profile"])
+        plot_fits([CostModel.fit(prof, b) for b in sorted(set(args.batch_sizes))], out / "cost_fit.png")
     print(f"wrote {out}")
     return 0 if all(r.identical_to_ar for r in results) else 1
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    target = load_model(args.target, dtype=args.dtype, device=args.device)
+    draft = load_model(args.draft, dtype=args.dtype, device=str(target.device)) if args.draft else None
+    prof = profile(target, draft, batch_sizes=tuple(args.batch_sizes), context_len=args.context_len,
+                   sizes=tuple(args.sizes), repeats=args.repeats)
+    prof.save(args.out)
+    models = [CostModel.fit(prof, b) for b in prof.batch_sizes]
+    for m in models:
+        print(f"batch {m.batch_size}: {m.form} fit (errors: paper {m.errors['paper']:.1%}, intercept "
+              f"{m.errors['intercept']:.1%}); C(1) {m.predict(1) * 1e3:.2f} ms, C(64) {m.predict(64) * 1e3:.2f} ms")
+    if args.plot:
+        plot_fits(models, args.plot)
+    print(f"wrote {args.out}" + (f" and {args.plot}" if args.plot else ""))
+    return 0
 
 
 def cmd_datastore(args: argparse.Namespace) -> int:
@@ -286,10 +402,11 @@ def cmd_datastore(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"generate": cmd_generate, "demo": cmd_demo, "bench": cmd_bench,
+        return {"generate": cmd_generate, "demo": cmd_demo, "bench": cmd_bench, "profile": cmd_profile,
                 "datastore": cmd_datastore}[args.command](args)
-    except ValueError as err:
-        print(f"specdec: error: {err}", file=sys.stderr)
+    except (ValueError, OSError) as err:  # user errors (OSError: a missing model path, an unwritable --out)
+        message = str(err).strip().splitlines()
+        print(f"specdec: error: {message[0] if message else type(err).__name__}", file=sys.stderr)
         return 2
 
 

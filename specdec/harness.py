@@ -19,15 +19,20 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from .cost import CostModel
 from .datastore import Datastore
 from .generate import SpeculativeGenerator, Stats
-from .suppliers import ARSupplier, DraftSupplier, PromptLookupSupplier, RetrievalSupplier, Supplier
+from .profiling import Profile
+from .suppliers import ARSupplier, DraftSupplier, PromptLookupSupplier, RetrievalSupplier, SmartSupplier, Supplier
 
-__all__ = ["METHODS", "PROMPT_SETS", "MethodResult", "environment", "load_prompts", "make_supplier", "run_method",
-           "compare_to_ar", "plot_results"]
+__all__ = ["METHODS", "PROMPT_SETS", "MethodResult", "environment", "load_prompts", "make_supplier", "smart_variant",
+           "run_method", "compare_to_ar", "plot_results"]
 
-METHODS = ("ar", "chain", "tree", "prompt-lookup", "retrieval")
-DRAFT_METHODS = ("chain", "tree")
+METHODS = ("ar", "chain", "tree", "prompt-lookup", "retrieval", "smart")
+DRAFT_METHODS = ("chain", "tree", "smart")
+# SmartSupplier options a bench variant may set ("alpha=0.5,budget=64"; "default" sets none).
+SMART_OPTIONS = {"alpha": float, "budget": int, "benefit": str, "topk": int, "frontier": int, "max_depth": int,
+                 "padding_aware": bool, "early_stop": bool, "refit_every": int}
 PROMPT_SETS = ("humaneval", "spec_bench")
 
 
@@ -78,8 +83,33 @@ def load_prompts(name: str, count: int | None = None) -> list[str]:
     return prompts
 
 
+def smart_variant(spec: str) -> dict:
+    """SmartSupplier options from a bench variant: "default", or comma-separated key=value pairs of
+    `SMART_OPTIONS` ("alpha=0.5,budget=none", "padding_aware=1", "benefit=expected")."""
+    if spec == "default":
+        return {}
+    options = {}
+    for item in spec.split(","):
+        key, sep, value = item.partition("=")
+        if not sep or key not in SMART_OPTIONS:
+            raise ValueError(f"--smart-variants: {item!r} is not key=value with a key among {sorted(SMART_OPTIONS)}")
+        kind = SMART_OPTIONS[key]
+        try:
+            if value.lower() == "none" and key in ("budget", "refit_every"):
+                options[key] = None
+            elif kind is bool:
+                options[key] = {"1": True, "true": True, "0": False, "false": False}[value.lower()]
+            else:
+                options[key] = kind(value)
+        except (KeyError, ValueError):
+            raise ValueError(f"--smart-variants: {item!r}: {value!r} is not a valid {kind.__name__}") from None
+    return options
+
+
 def make_supplier(method: str, draft: PreTrainedModel | None, *, depth: int = 5, topk: int = 4,
-                  total_tokens: int = 32, datastore: Datastore | None = None, budget: int = 64) -> Supplier:
+                  total_tokens: int = 32, datastore: Datastore | None = None, budget: int = 64,
+                  cost: Profile | CostModel | None = None, smart: dict | None = None) -> Supplier:
+    """The supplier of a method; `cost` and `smart` (SmartSupplier options) serve method "smart"."""
     if method == "ar":
         return ARSupplier()
     if method == "prompt-lookup":
@@ -93,6 +123,10 @@ def make_supplier(method: str, draft: PreTrainedModel | None, *, depth: int = 5,
         raise ValueError(f"method: {method!r} is not one of {METHODS}")
     if draft is None:
         raise ValueError(f"--draft: method {method!r} needs a draft model")
+    if method == "smart":
+        if cost is None:
+            raise ValueError("--profile: method 'smart' needs a cost profile of this pair (specdec profile)")
+        return SmartSupplier(draft, cost, **(smart or {}))
     return DraftSupplier(draft, mode=method, depth=depth, topk=topk, total_tokens=total_tokens)
 
 
@@ -112,6 +146,8 @@ class MethodResult:
     identical_to_ar: bool | None = None
     rows_differing_from_ar: int | None = None  # rows whose output is not AR's, token for token
     first_difference_at: list[int] | None = None  # per differing row: index of its first new token that differs
+    predicted_accepted_length: float | None = None  # SMART: the cost model's expectation, beside the measured
+    predicted_speedup: float | None = None
 
     def identity_note(self) -> str:
         """"yes", or how many rows differ and where (in low precision a logit tie can flip a token)."""
