@@ -10,6 +10,7 @@ from typing import Iterable, Union
 
 import numpy as np
 from tqdm import tqdm
+from transformers import PreTrainedTokenizerBase
 
 __all__ = ["Source", "TEXT_SUFFIXES", "collect_documents"]
 
@@ -22,8 +23,9 @@ SKIP_DIRS = frozenset({"__pycache__", ".git", "node_modules"})
 BATCH = 64  # texts per tokenizer call: fast tokenizers encode a batch on several threads
 
 
-def collect_documents(tokenizer, sources: Iterable[Source], texts: Iterable[str], vocab_size: int, *,
-                      text_field: str = "text", progress: bool = False) -> tuple[list[np.ndarray], list[str]]:
+def collect_documents(tokenizer: PreTrainedTokenizerBase | None, sources: Iterable[Source], texts: Iterable[str],
+                      vocab_size: int, *, text_field: str = "text",
+                      progress: bool = False) -> tuple[list[np.ndarray], list[str]]:
     """Token documents ([n] int64 each, ids in [0, vocab_size)) and a name per source, in source order."""
     pending: list[str | np.ndarray] = []  # texts to tokenise and ready token arrays, in order
     names, arrays = [], 0
@@ -91,7 +93,8 @@ def _check_tokens(array: np.ndarray, vocab_size: int, what: str) -> np.ndarray:
     return array.astype(np.int64, copy=False)
 
 
-def _tokenize(tokenizer, pending: list[str | np.ndarray], vocab_size: int, progress: bool) -> list[np.ndarray]:
+def _tokenize(tokenizer: PreTrainedTokenizerBase | None, pending: list[str | np.ndarray], vocab_size: int,
+              progress: bool) -> list[np.ndarray]:
     out: list[np.ndarray] = []
     texts = [p for p in pending if isinstance(p, str)]
     encoded: list[list[int]] = []

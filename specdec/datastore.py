@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Iterable, Union
 
 import numpy as np
+from transformers import PreTrainedTokenizerBase
 
 from ._corpus import Source, collect_documents
 
@@ -45,7 +46,7 @@ PathLike = Union[str, os.PathLike]
 STDLIB_EXCLUDE = frozenset({"encodings", "pydoc_data", "site-packages", "__pycache__"})
 
 
-def vocab_hash(tokenizer) -> str:
+def vocab_hash(tokenizer: PreTrainedTokenizerBase) -> str:
     """sha256 of the tokenizer's vocabulary (token string -> id, added tokens included)."""
     items = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
     return hashlib.sha256(json.dumps(items, ensure_ascii=False).encode("utf-8")).hexdigest()
@@ -79,8 +80,9 @@ class Datastore:
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def build(cls, tokenizer, sources: Iterable[Source], out_dir: PathLike, *, texts: Iterable[str] = (),
-              vocab_size: int | None = None, text_field: str = "text", progress: bool = True) -> "Datastore":
+    def build(cls, tokenizer: PreTrainedTokenizerBase | None, sources: Iterable[Source], out_dir: PathLike, *,
+              texts: Iterable[str] = (), vocab_size: int | None = None, text_field: str = "text",
+              progress: bool = True) -> "Datastore":
         """Tokenise `sources` and `texts` with `tokenizer` and write a datastore to `out_dir`.
 
         sources: text or code files; folders (their text files, recursively, in sorted order); `.jsonl`
@@ -102,7 +104,7 @@ class Datastore:
                   "documents": len(docs), "sources": _summary(names)}
         return cls._write(out, _join(docs), header)
 
-    def extend(self, tokenizer, sources: Iterable[Source] = (), *, texts: Iterable[str] = (),
+    def extend(self, tokenizer: PreTrainedTokenizerBase, sources: Iterable[Source] = (), *, texts: Iterable[str] = (),
                text_field: str = "text", progress: bool = False) -> "Datastore":
         """Append documents (e.g. past responses) and rebuild the suffix array, in place on disk and here.
 
@@ -142,7 +144,7 @@ class Datastore:
 
     # ------------------------------------------------------------------ opening
     @classmethod
-    def open(cls, path: PathLike, *, tokenizer=None) -> "Datastore":
+    def open(cls, path: PathLike, *, tokenizer: PreTrainedTokenizerBase | None = None) -> "Datastore":
         """Memory-map a datastore folder; with `tokenizer`, check it is the one the store was built with.
 
         Raises ValueError for a missing or foreign header, a tokenizer mismatch, and arrays that are
@@ -162,7 +164,7 @@ class Datastore:
             store.check_tokenizer(tokenizer)
         return store
 
-    def check_tokenizer(self, tokenizer) -> None:
+    def check_tokenizer(self, tokenizer: PreTrainedTokenizerBase) -> None:
         """ValueError unless `tokenizer` has the vocabulary this store was built with."""
         built_with = self.header["tokenizer"]
         if self.header["vocab_hash"] is None:
@@ -265,7 +267,8 @@ def cache_dir() -> Path:
     return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec"))
 
 
-def stdlib_datastore(tokenizer, *, max_files: int | None = None, progress: bool = True) -> Datastore:
+def stdlib_datastore(tokenizer: PreTrainedTokenizerBase, *, max_files: int | None = None,
+                     progress: bool = True) -> Datastore:
     """A datastore of this Python's standard library source, built on first use and cached.
 
     Keyed by Python version, the tokenizer's vocabulary hash and `max_files` (the first files in sorted
@@ -285,7 +288,7 @@ def stdlib_datastore(tokenizer, *, max_files: int | None = None, progress: bool 
     return Datastore.build(tokenizer, files[:max_files], path, progress=progress)
 
 
-def _vocab_size(tokenizer, vocab_size: int | None) -> int:
+def _vocab_size(tokenizer: PreTrainedTokenizerBase | None, vocab_size: int | None) -> int:
     if tokenizer is None:
         if vocab_size is None or vocab_size < 1:
             raise ValueError(f"vocab_size: needed (an int >= 1) when tokenizer is None, got {vocab_size!r}")

@@ -435,8 +435,9 @@ def test_cli_datastore_build_info_generate_and_bench(tmp_path, capsys):
                  "def dedent(text):\n    "]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["method"] == "retrieval" and doc["stats"]["new_tokens"] == 12
-    assert main(["bench", "--methods", "retrieval", "--budgets", "4", "8", "--datastore", str(out), "--num-prompts", "2",
-                 "--batch-sizes", "2", "--max-new-tokens", "6", "--device", "cpu", "--out", str(tmp_path / "b")]) == 0
+    assert main(["bench", "--methods", "retrieval", "--budgets", "4", "8", "--datastore", str(out), "--num-prompts",
+                 "2", "--batch-sizes", "2", "--max-new-tokens", "6", "--device", "cpu",
+                 "--out", str(tmp_path / "b")]) == 0
     (run,) = (tmp_path / "b").iterdir()
     doc = json.loads((run / "results.json").read_text())
     assert [r["method"] for r in doc["results"]] == ["ar", "retrieval-4", "retrieval-8"]
@@ -448,7 +449,8 @@ def test_cli_datastore_build_info_generate_and_bench(tmp_path, capsys):
 @pytest.mark.hf
 @pytest.mark.parametrize("argv, message", [
     (["datastore", "info", "{tmp}"], "path: {tmp} holds no datastore"),
-    (["datastore", "build", "--tokenizer", "/no/such/tokenizer", "--out", "{tmp}/s", "{tmp}"], "--tokenizer: cannot load"),
+    (["datastore", "build", "--tokenizer", "/no/such/tokenizer", "--out", "{tmp}/s", "{tmp}"],
+     "--tokenizer: cannot load"),
     (["datastore", "build", "--tokenizer", "demo-target", "--out", "{tmp}/s", "{tmp}/missing"],
      "sources: no such file or folder"),
     (["generate", "--target", str(pair_path("target")), "--method", "retrieval", "--prompt", "x"],

@@ -78,8 +78,8 @@ class RetrievalSupplier(Supplier):
 
     def attach(self, target: PreTrainedModel) -> None:
         if self.datastore.vocab_size > vocab_size(target):
-            raise ValueError(f"datastore: built over {self.datastore.vocab_size} token ids, the target's vocabulary has "
-                             f"{vocab_size(target)}; build it with the target's tokenizer")
+            raise ValueError(f"datastore: built over {self.datastore.vocab_size} token ids, the target's vocabulary "
+                             f"has {vocab_size(target)}; build it with the target's tokenizer")
         if self.cost_source is not None:
             check_compatible(self.cost_source, target)
 
