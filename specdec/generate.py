@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import torch
@@ -15,15 +15,67 @@ from transformers import PreTrainedModel
 from .state import DecodeState
 from .suppliers.base import Supplier
 from .tree import TreeBatch
-from .verify import TreeVerifier
+from .verify import Acceptance, TreeVerifier
 
-__all__ = ["SpeculativeGenerator", "GenerateOutput", "Stats", "TreeFilter"]
+__all__ = ["SpeculativeGenerator", "GenerateOutput", "Stats", "TreeFilter", "FilterStats"]
 
 
-class TreeFilter(Protocol):
-    """Optional stage between supplier and verifier: returns a subset of each row's tree."""
+@dataclass
+class FilterStats:
+    """What a filter did to the trees of one or more `generate` calls; every field is a count over active
+    row-steps, so parts add up (`merge`). Branches are root-to-leaf paths of the supplier's tree, nodes its
+    non-root nodes. An *empty* tree is one the supplier proposed with candidates and the filter cut to the
+    root; an *AR fallback* is any row-step verified as the root alone (supplier-empty or filter-emptied).
+    Audit counts exist only when the filter also verified the unfiltered tree."""
 
+    rows: int = 0
+    supplier_empty: int = 0
+    filter_emptied: int = 0
+    branches: int = 0
+    branches_kept: int = 0
+    nodes: int = 0
+    nodes_kept: int = 0
+    audited: int = 0  # row-steps whose unfiltered tree was verified too
+    false_discards: int = 0  # audited row-steps where a discarded branch would have been accepted further
+    tokens_lost: int = 0  # accepted tokens the discards cost, summed over audited row-steps
+
+    def merge(self, other: "FilterStats") -> "FilterStats":
+        return FilterStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    def to_dict(self) -> dict:
+        ratio = lambda a, b: a / b if b else 0.0  # noqa: E731
+        with_candidates = self.rows - self.supplier_empty
+        return {**{f.name: getattr(self, f.name) for f in fields(self)},
+                "branch_keep_rate": ratio(self.branches_kept, self.branches),
+                "node_keep_rate": ratio(self.nodes_kept, self.nodes),
+                "empty_tree_rate": ratio(self.filter_emptied, with_candidates),
+                "ar_fallback_rate": ratio(self.supplier_empty + self.filter_emptied, self.rows),
+                "false_discard_rate": ratio(self.false_discards, self.audited)}
+
+
+class TreeFilter(ABC):
+    """Optional stage between supplier and verifier: returns a subset of each row's tree.
+
+    Life cycle, like a supplier's: `attach(target, supplier)` when the generator is built, `start(state)`
+    after the target's prefill, per step `filter(tree, state)` then `commit(acceptance)`; `report()` at
+    the end of a `generate` call goes to ``out.stats.filter``.
+    """
+
+    def attach(self, target: PreTrainedModel, supplier: Supplier) -> None:
+        """Check that this filter can serve `target` and `supplier`; raise ValueError if not."""
+
+    def start(self, state: DecodeState) -> None:
+        """Prepare for a new batch of prompts (prefill a scorer's cache, reset counters)."""
+
+    @abstractmethod
     def filter(self, tree: TreeBatch, state: DecodeState) -> TreeBatch: ...
+
+    def commit(self, acceptance: Acceptance) -> None:
+        """Learn what the target accepted (advance a scorer's cache)."""
+
+    def report(self) -> FilterStats | None:
+        """What this filter did since `start`."""
+        return None
 
 
 @dataclass
@@ -38,6 +90,7 @@ class Stats:
     stage_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         ("prefill", "propose", "filter", "verify", "commit"), 0.0))
     seconds: float = 0.0
+    filter: FilterStats | None = None  # the filter's report, when the generator has a filter
 
     @property
     def mean_accepted_length(self) -> float:
@@ -77,13 +130,16 @@ class Stats:
             total.seconds += s.seconds
             for name, seconds in s.stage_seconds.items():
                 total.stage_seconds[name] += seconds
+            if s.filter is not None:
+                total.filter = s.filter if total.filter is None else total.filter.merge(s.filter)
         return total
 
     def to_dict(self) -> dict:
         return {"steps": self.steps, "new_tokens": self.new_tokens, "mean_accepted_length": self.mean_accepted_length,
                 "mean_tree_size": self.mean_tree_size, "accepted_histogram": self.accepted_histogram,
                 "stage_seconds": dict(self.stage_seconds), "seconds": self.seconds,
-                "tokens_per_second": self.tokens_per_second}
+                "tokens_per_second": self.tokens_per_second,
+                **({"filter": self.filter.to_dict()} if self.filter is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -100,12 +156,16 @@ class SpeculativeGenerator:
                  backend: str = "auto", validate_trees: bool = False):
         if not isinstance(supplier, Supplier):
             raise TypeError(f"supplier: expected a specdec Supplier, got {type(supplier).__name__}")
+        if filter is not None and not isinstance(filter, TreeFilter):
+            raise TypeError(f"filter: expected a specdec TreeFilter, got {type(filter).__name__}")
         self.verifier = TreeVerifier(target, backend=backend)
         self.target = target
         self.supplier = supplier
         self.filter = filter
         self.validate_trees = validate_trees  # check every proposed tree (one sync per step more)
         supplier.attach(target)
+        if filter is not None:
+            filter.attach(target, supplier)
 
     def generate(self, input_ids: Tensor, attention_mask: Tensor | None = None, max_new_tokens: int = 128,
                  eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None) -> GenerateOutput:
@@ -118,6 +178,8 @@ class SpeculativeGenerator:
         cache = self.verifier.new_cache(input_ids.shape[0], capacity)
         self.verifier.prefill(cache, input_ids[:, :-1], start)
         self.supplier.start(state)
+        if self.filter is not None:
+            self.filter.start(state)
         stats.stage_seconds["prefill"] += time.perf_counter() - t_begin
         while not state.done:
             t0 = time.perf_counter()
@@ -133,11 +195,14 @@ class SpeculativeGenerator:
             t3 = time.perf_counter()
             self.supplier.record_verify(tree.size, t3 - t2)
             self.supplier.commit(acc)
+            if self.filter is not None:
+                self.filter.commit(acc)
             emitted = state.append(acc)
             t4 = time.perf_counter()
             stats.record(acc.host_num_accepted[active] + 1, tree.size, int(emitted.sum()),
                          propose=t1 - t0, filter=t2 - t1, verify=t3 - t2, commit=t4 - t3)
         stats.seconds = time.perf_counter() - t_begin
+        stats.filter = self.filter.report() if self.filter is not None else None
         return GenerateOutput(state.sequences(), stats)
 
     def _check(self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int,
