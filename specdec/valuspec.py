@@ -1,0 +1,277 @@
+"""ValuSpec: score every branch of a candidate tree with a small LM, verify only those worth it (DESIGN 5).
+
+A *branch* is a root-to-leaf path of a row's tree; its score is the mean log-prob of its tokens (the
+root excluded) under a scorer model that shares the target's tokenizer. `ValuSpecFilter` keeps the union
+of the branches scoring at least tau (so the kept set is closed under ancestors) and cuts the rest; a row
+left with its root alone takes a plain AR step. tau comes from `specdec.calibrate` (a `Calibration`);
+`FixedThresholdFilter` is the paper's baseline, a fixed per-token probability cut-off.
+
+Worked example, one row, root r with children a (log-prob -0.1) and b (-3.0), grandchild c under a (-0.5),
+tau = -1: branch r-a-c scores (-0.1 - 0.5) / 2 = -0.3 (kept), branch r-b scores -3.0 (cut); the verified
+tree is r, a, c.
+
+Scoring (`BranchScorer`). The scorer keeps its own `TreeCache` through a `DraftRunner` (prefill, and the
+catch-up chain of the tokens the target accepted last step). Each step one scorer forward covers the
+catch-up chain and the tree's non-root nodes together (tree attention: tree nodes see the whole chain and
+their own ancestors); the chain is committed, the tree dropped. The scorer's final hidden state at each
+node's parent and its LM head give the node's log-prob through K3 `token_logprob` (no [N, V] logits on
+the Triton path), and `path_mean` the branch scores at the leaves.
+
+Draft-logp reuse. When the supplier's own draft model *is* the scorer (``supplier.runner.draft is
+scorer.model``, checked at `attach`) and the supplier's trees carry `logp` (path log-probs, as every
+draft supplier writes them), the per-token log-probs are ``logp[i] - logp[parent[i]]``, the very numbers
+a second forward of the same model would give: no scorer forward, no scorer cache. ``reuse_draft_logp=False``
+forces the forward (tests compare the two).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from . import ops
+from .attention import TreeAttentionMetadata, _cache_keyword, install
+from .cache import TreeCache
+from .calibration import Calibration
+from .generate import FilterStats, TreeFilter
+from .state import DecodeState
+from .suppliers.base import Supplier
+from .suppliers.draft import DraftRunner
+from .tree import TreeBatch, pack_bits, unpack_bits
+from .verify import Acceptance, greedy_accept, vocab_size
+
+__all__ = ["BranchScorer", "ValuSpecFilter", "FixedThresholdFilter", "keep_branches"]
+
+# Counters kept on the device during decoding (no sync per step), in FilterStats field order.
+_COUNTERS = ("rows", "supplier_empty", "filter_emptied", "branches", "branches_kept", "nodes", "nodes_kept",
+             "audited", "false_discards", "tokens_lost")
+
+
+def keep_branches(tree: TreeBatch, scores: Tensor, tau: float) -> Tensor:
+    """[B, T] bool: the nodes on some branch whose leaf scores >= tau, and every root.
+
+    scores: [B, T] float32, `path_mean` of the node log-probs (a branch's score is the value at its leaf).
+    The union of whole root-to-leaf paths is closed under ancestors by construction.
+    """
+    B, T = tree.tokens.shape
+    good = tree.leaves & (scores >= tau)  # [B, T]
+    good[:, 0] = False  # a root-only tree's root is a "leaf" but no branch
+    on = unpack_bits(tree.ancestor_mask, T) & good[:, :, None]  # [B, leaf, node]
+    keep = on.any(1)
+    keep[:, 0] = True
+    return keep & tree.valid
+
+
+def compact(tree: TreeBatch, keep: Tensor) -> TreeBatch:
+    """The sub-trees of the nodes where keep [B, T] bool is set (prefix-closed, roots set), renumbered in
+    their original order (so still topological) and cut to the widest row."""
+    B, T = tree.tokens.shape
+    num_nodes = keep.sum(1)  # [B]
+    width = int(num_nodes.max())  # host sync, on purpose: the verifier's cost follows the padded width
+    order = torch.sort((~keep).to(torch.int8), dim=1, stable=True).indices[:, :width]  # kept nodes first
+    new_index = keep.cumsum(1) - 1  # [B, T]: each kept node's new number
+    parents = tree.parents.gather(1, order)
+    parents = torch.where(parents >= 0, new_index.gather(1, parents.clamp(min=0)), -1)
+    logp = tree.logp.gather(1, order) if tree.logp is not None else None
+    return TreeBatch(tree.tokens.gather(1, order), parents, num_nodes, logp, max_depth=tree.max_depth)
+
+
+class _ScorerRunner(DraftRunner):
+    """A `DraftRunner` whose step is one forward over the catch-up chain and a whole tree at once."""
+
+    def forward_tree(self, tree: TreeBatch) -> Tensor:
+        """Forward the pending chain and the tree's non-root nodes; commit the chain, drop the tree.
+
+        Returns the final hidden state [B, T, d] at every tree node (node 0: the root, the chain's last
+        token). The chain C [B, C] is ragged (n_b real tokens); tree nodes attend to the row's n_b chain
+        tokens and to their own non-root ancestors.
+        """
+        chain, cache = self._pending, self.cache
+        B, C = chain.tokens.shape
+        T = tree.size
+        n = chain.num_nodes  # [B]
+        chain_bits = unpack_bits(chain.ancestor_mask, C)  # [B, C, C]
+        tree_bits = unpack_bits(tree.ancestor_mask, T)[:, 1:, 1:]  # [B, T-1, T-1]: the root lives in the chain
+        sees_chain = (torch.arange(C, device=n.device)[None, :] < n[:, None])[:, None, :] & tree.valid[:, 1:, None]
+        bits = torch.cat([torch.cat([chain_bits, chain_bits.new_zeros(B, C, T - 1)], 2),
+                          torch.cat([sees_chain, tree_bits], 2)], 1)  # [B, C + T - 1, C + T - 1]
+        base = cache.positions()  # [B]: position of the chain's first token
+        positions = torch.cat([chain.positions(base), tree.positions(base + n - 1)[:, 1:]], 1)
+        tokens = torch.cat([chain.tokens, tree.tokens[:, 1:]], 1)
+        hidden = _hidden_forward(self.draft, cache, tokens, positions, pack_bits(bits), self.backend)
+        cache.commit_prefix(n, self._pending_host)
+        root = hidden.gather(1, (n - 1)[:, None, None].expand(B, 1, hidden.shape[-1]))  # [B, 1, d]
+        return torch.cat([root, hidden[:, C:]], 1)
+
+
+def _hidden_forward(model: PreTrainedModel, cache: TreeCache, tokens: Tensor, positions: Tensor, tree_mask: Tensor,
+                    backend: str) -> Tensor:
+    """`attention.tree_forward` through the model's decoder only: final hidden states [B, N, d] instead of
+    logits, so K3 scores the nodes without the [N, V] logits. Same capacity check, metadata and region."""
+    N = tokens.shape[1]
+    cache.reserve(N)
+    meta = TreeAttentionMetadata.build(cache.start, cache.length, tree_mask, backend, host_start=cache.host_start,
+                                       host_length=cache.host_length, region=cache.tree_len + N)
+    decoder = model.get_decoder()
+    out = decoder(input_ids=tokens, position_ids=positions, use_cache=True, specdec_tree=meta,
+                  **{_cache_keyword(type(decoder)): cache})
+    cache.advance(N)
+    return out.last_hidden_state
+
+
+class BranchScorer:
+    """Scores every node and branch of a tree under `model` (a causal LM sharing the target's tokenizer).
+
+    Life cycle (driven by `ValuSpecFilter`): `attach(target, supplier)`, `start(state, region)`, per step
+    `scores(tree)` then `commit(acceptance)`. `reuse_draft_logp`: see the module docstring.
+    """
+
+    def __init__(self, model: PreTrainedModel, *, reuse_draft_logp: bool = True, backend: str = "auto"):
+        if not isinstance(model, PreTrainedModel):
+            raise ValueError(f"scorer: expected a Hugging Face causal LM, got {type(model).__name__}")
+        head = model.get_output_embeddings()
+        if head is None or not hasattr(head, "weight"):
+            raise ValueError(f"scorer: {type(model).__name__} has no LM head")
+        config = model.config.get_text_config()
+        if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
+            raise ValueError("scorer: models whose logits are not lm_head(hidden) (soft-capping, logit scale) are "
+                             "not supported")
+        self.model = model
+        self.reuse_draft_logp = reuse_draft_logp
+        self.backend = backend
+        self.runner = _ScorerRunner(model, backend)
+        self.reusing = False
+
+    def attach(self, target: PreTrainedModel, supplier: Supplier | None = None) -> None:
+        if vocab_size(self.model) != vocab_size(target):
+            raise ValueError(f"scorer: vocabulary of {vocab_size(self.model)} tokens, the target's has "
+                             f"{vocab_size(target)}; a scorer must share the target's tokenizer")
+        self.runner.attach(target)
+        runner = getattr(supplier, "runner", None)
+        self.reusing = self.reuse_draft_logp and isinstance(runner, DraftRunner) and runner.draft is self.model
+
+    def start(self, state: DecodeState, region: int) -> None:
+        """Prefill the scorer's cache (skipped when reusing the draft's log-probs)."""
+        if not self.reusing:
+            self.runner.start(state, region)
+
+    def commit(self, acc: Acceptance) -> None:
+        if not self.reusing:
+            self.runner.commit(acc)
+
+    def node_logprobs(self, tree: TreeBatch) -> Tensor:
+        """[B, T] float32: log-prob of each node's token given its path (root and padding: 0)."""
+        B, T = tree.tokens.shape
+        parents = tree._parents.clamp(min=0)  # padding nodes point at the root; their values are ignored
+        if self.reusing and tree.logp is not None:
+            logp = tree.logp - tree.logp.gather(1, parents)  # path log-probs -> per-token
+            return torch.where(tree.valid & (tree._parents >= 0), logp, 0.0)
+        hidden = self.runner.forward_tree(tree)  # [B, T, d]
+        if T == 1:
+            return torch.zeros(B, 1, dtype=torch.float32, device=tree.device)
+        at_parent = hidden.gather(1, parents[:, 1:, None].expand(B, T - 1, hidden.shape[-1]))  # [B, T-1, d]
+        head = self.model.get_output_embeddings()
+        lp = ops.token_logprob(at_parent.reshape(B * (T - 1), -1), head.weight, tree.tokens[:, 1:].reshape(-1),
+                               bias=getattr(head, "bias", None), backend=self.backend)
+        logp = torch.cat([torch.zeros(B, 1, dtype=torch.float32, device=tree.device), lp.view(B, T - 1)], 1)
+        return torch.where(tree.valid, logp, 0.0)
+
+    def scores(self, tree: TreeBatch) -> Tensor:
+        """[B, T] float32: mean log-prob along each root-to-node path; a branch's score is at its leaf."""
+        return ops.path_mean(self.node_logprobs(tree), tree.parents, tree.num_nodes, backend=self.backend)
+
+
+class ValuSpecFilter(TreeFilter):
+    """Keep the branches whose score reaches the calibrated tau; the root alone when none does.
+
+    scorer: a causal LM or a `BranchScorer`. calibration: a `Calibration` (its `tau` is used).
+    audit: also run the target over the unfiltered tree (a second target cache, so twice the target's
+    KV memory and one more target forward per step) to count false discards: row-steps where the target
+    would have accepted more tokens of the unfiltered tree than of the kept one. Diagnostic only.
+    """
+
+    def __init__(self, scorer: PreTrainedModel | BranchScorer, calibration: Calibration, *, audit: bool = False):
+        if not isinstance(calibration, Calibration):
+            raise ValueError(f"calibration: expected a specdec Calibration, got {type(calibration).__name__}")
+        self._init(scorer, calibration.tau, audit)
+        self.calibration = calibration
+
+    def _init(self, scorer: PreTrainedModel | BranchScorer, tau: float, audit: bool) -> None:
+        if not isinstance(audit, bool):
+            raise ValueError(f"audit: expected a bool, got {audit!r}")
+        self.scorer = scorer if isinstance(scorer, BranchScorer) else BranchScorer(scorer)
+        self.tau = float(tau)
+        self.audit = audit
+        self._auditor: _ScorerRunner | None = None
+        self._counts: Tensor | None = None
+
+    def attach(self, target: PreTrainedModel, supplier: Supplier) -> None:
+        self.scorer.attach(target, supplier)
+        self._max_tree = supplier.max_tree_size()
+        if self.audit:
+            install(target)
+            self._auditor = _ScorerRunner(target, self.scorer.backend)
+
+    def start(self, state: DecodeState) -> None:
+        region = 2 * self._max_tree  # the catch-up chain (at most a tree's depth + 1) and the tree itself
+        self.scorer.start(state, region)
+        if self._auditor is not None:
+            self._auditor.start(state, region)
+        self._counts = torch.zeros(len(_COUNTERS), dtype=torch.int64, device=state.root.device)
+
+    def commit(self, acc: Acceptance) -> None:
+        self.scorer.commit(acc)
+        if self._auditor is not None:
+            self._auditor.commit(acc)
+
+    def filter(self, tree: TreeBatch, state: DecodeState) -> TreeBatch:
+        keep = keep_branches(tree, self.scorer.scores(tree), self.tau)
+        active = state.active()
+        self._count(tree, keep, active)
+        if self._auditor is not None:
+            self._count_audit(tree, keep, active)
+        return compact(tree, keep)
+
+    def _count(self, tree: TreeBatch, keep: Tensor, active: Tensor) -> None:
+        """Accumulate this step's counters on the device (no sync)."""
+        cand = tree.valid.clone()
+        cand[:, 0] = False  # candidates: real non-root nodes
+        leaf = tree.leaves & cand
+        had = cand.any(1) & active
+        kept_any = (keep & cand).any(1)
+        step = torch.stack([active.sum(), (~had & active).sum(), (had & ~kept_any).sum(),
+                            (leaf.sum(1) * active).sum(), ((leaf & keep).sum(1) * active).sum(),
+                            (cand.sum(1) * active).sum(), ((cand & keep).sum(1) * active).sum()])
+        self._counts[:7] += step
+
+    def _count_audit(self, tree: TreeBatch, keep: Tensor, active: Tensor) -> None:
+        """Verify the unfiltered tree with the target's second cache; a false discard is a row whose
+        accepted path there runs past the kept nodes."""
+        hidden = self._auditor.forward_tree(tree)
+        logits = self._auditor.draft.get_output_embeddings()(hidden)  # [B, T, V]: diagnostic, logits allowed
+        _, full, node_index = greedy_accept(tree, logits)  # node_index [B, L]: the accepted path, root first
+        on_path = node_index >= 0
+        kept = (keep.gather(1, node_index.clamp(min=0)) & on_path)[:, 1:]
+        kept_len = kept.to(torch.int64).cumprod(1).sum(1)  # accepted tokens the kept tree still holds
+        lost = torch.where(active, full - kept_len, 0)
+        self._counts[7:] += torch.stack([active.sum(), (lost > 0).sum(), lost.sum()])
+
+    def report(self) -> FilterStats | None:
+        if self._counts is None:
+            return None
+        return FilterStats(**dict(zip(_COUNTERS, self._counts.tolist())))  # one sync per generate call
+
+
+class FixedThresholdFilter(ValuSpecFilter):
+    """The paper's baseline: keep branches whose mean per-token probability (geometric mean) reaches a
+    fixed cut-off, ``tau = log(probability)``, with no calibration. The paper sweeps 0.3 to 0.8."""
+
+    def __init__(self, scorer: PreTrainedModel | BranchScorer, probability: float, *, audit: bool = False):
+        if isinstance(probability, bool) or not isinstance(probability, (int, float)) or not 0 < probability <= 1:
+            raise ValueError(f"probability: expected a number in (0, 1], got {probability!r}")
+        self._init(scorer, math.log(probability), audit)
+        self.probability = float(probability)
+        self.calibration = None
