@@ -2,13 +2,15 @@
 
 from . import ops
 from .cache import TreeCache
+from .calibration import Calibration, calibrate
 from .cost import CostModel
 from .datastore import Datastore
-from .generate import GenerateOutput, SpeculativeGenerator, Stats
+from .generate import FilterStats, GenerateOutput, SpeculativeGenerator, Stats, TreeFilter
 from .profiling import Profile, profile
 from .suppliers import (ARSupplier, DraftSupplier, PromptLookupSupplier, RetrievalSupplier, SmartSupplier,
                         Supplier)
 from .tree import TreeBatch
+from .valuspec import BranchScorer, FixedThresholdFilter, ValuSpecFilter
 from .verify import Acceptance, TreeVerifier
 
 __version__ = "0.1.0"
@@ -32,4 +34,11 @@ __all__ = [
     "profile",
     "Profile",
     "CostModel",
+    "TreeFilter",
+    "FilterStats",
+    "BranchScorer",
+    "ValuSpecFilter",
+    "FixedThresholdFilter",
+    "Calibration",
+    "calibrate",
 ]
