@@ -1,0 +1,98 @@
+"""`specdec profile`, `specdec generate --method smart` and SMART in `specdec bench`, on tiny saved models."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specdec.cli import main
+from specdec.cost import CostModel
+from specdec.profiling import Profile
+from test_cli import saved  # noqa: F401  (the fixture: a tiny Llama pair and tokenizer saved to disk)
+
+pytestmark = pytest.mark.hf
+
+
+@pytest.fixture(scope="module")
+def profiled(saved, tmp_path_factory):  # noqa: F811
+    root, _, _ = saved
+    out = tmp_path_factory.mktemp("profile")
+    assert main(["profile", "--target", str(root / "target"), "--draft", str(root / "draft"), "--batch-sizes", "1,2",
+                 "--context-len", "16", "--sizes", "1,2,4,8", "--repeats", "1", "--device", "cpu",
+                 "--out", str(out / "p.json"), "--plot", str(out / "fit.png")]) == 0
+    return out
+
+
+def test_profile_writes_a_valid_profile_and_plot(profiled, saved):  # noqa: F811
+    root, _, _ = saved
+    prof = Profile.load(profiled / "p.json")
+    assert prof.batch_sizes == (1, 2) and prof.sizes == (1, 2, 4, 8) and prof.context_len == 16
+    assert prof.target == str(root / "target") and prof.draft == str(root / "draft")
+    assert CostModel.fit(prof, 2).batch_rule == "profiled"
+    assert (profiled / "fit.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("extra", [[], ["--alpha", "1.0", "--benefit", "expected", "--budget", "6", "--padding-aware"]])
+def test_generate_smart_matches_hf_generate(saved, profiled, capsys, extra):  # noqa: F811
+    root, target, tokenizer = saved
+    prompts = ["w5 w6 w7 w5 w6", "w9 w10 w11 w12 w13 w9 w10 w11 w40"]
+    argv = ["generate", "--target", str(root / "target"), "--draft", str(root / "draft"), "--method", "smart",
+            "--profile", str(profiled / "p.json"), "--max-new-tokens", "12", "--batch-size", "2", "--device", "cpu",
+            "--json", "--topk", "3", "--frontier", "2", "--max-depth", "4"] + extra
+    for p in prompts:
+        argv += ["--prompt", p]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
+    ref = target.generate(**enc, max_new_tokens=12, do_sample=False, pad_token_id=0)
+    assert [r["completion"] for r in doc["results"]] == tokenizer.batch_decode(ref[:, enc.input_ids.shape[1]:],
+                                                                              skip_special_tokens=True)
+    if extra:
+        assert doc["stats"]["mean_tree_size"] <= 6
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--method", "smart", "--draft", "{root}/draft", "--profile", "{root}/missing.json"], "profile: no file at"),
+    (["--method", "smart"], "--draft: method 'smart' needs a draft model"),
+    (["--method", "ar", "--prompts-file", "{root}/none.txt"], "--prompts-file: no file at"),
+    (["--method", "ar", "--target", "{root}/no-such-model"], "specdec: error: "),
+])
+def test_user_errors_are_one_line(saved, capsys, args, message):  # noqa: F811
+    root, _, _ = saved
+    args = [a.format(root=root) for a in args]
+    argv = ["generate", "--target", str(root / "target"), "--device", "cpu"] + args
+    if "--prompts-file" not in args:
+        argv += ["--prompt", "w3 w4"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err  # transformers' loading bars may come first
+    assert err.endswith("\n") and message in err.splitlines()[-1] and err.splitlines()[-1].startswith("specdec: error:")
+    assert "Traceback" not in err and err.count("specdec: error") == 1
+
+
+def test_bench_runs_tree_sizes_and_smart_variants(saved, profiled, tmp_path):  # noqa: F811
+    root, _, _ = saved
+    assert main(["bench", "--target", str(root / "target"), "--draft", str(root / "draft"), "--num-prompts", "2",
+                 "--batch-sizes", "1", "2", "--max-new-tokens", "6", "--methods", "ar", "tree", "smart",
+                 "--tree-sizes", "4", "6", "--smart-variants", "default", "alpha=0.5,budget=8", "--profile",
+                 str(profiled / "p.json"), "--prompt-sets", "spec_bench", "--device", "cpu", "--out", str(tmp_path),
+                 "--depth", "3", "--topk", "2"]) == 0
+    (run,) = tmp_path.iterdir()
+    doc = json.loads((run / "results.json").read_text())
+    labels = {(r["method"], r["batch_size"]) for r in doc["results"]}
+    assert labels == {(m, b) for m in ("ar", "tree-4", "tree-6", "smart", "smart[alpha=0.5,budget=8]") for b in (1, 2)}
+    assert all(r["identical_to_ar"] for r in doc["results"])
+    assert all(r["mean_tree_size"] <= 8 for r in doc["results"] if r["method"] == "smart[alpha=0.5,budget=8]")
+    assert doc["environment"]["smart"]["variants"] == ["default", "alpha=0.5,budget=8"]
+    assert (run / "cost_fit.png").is_file()
+    with pytest.raises(SystemExit):  # argparse rejects an unknown method before anything runs
+        main(["bench", "--methods", "smartest"])
+
+
+def test_bench_rejects_a_bad_variant(saved, profiled, capsys, tmp_path):  # noqa: F811
+    root, _, _ = saved
+    assert main(["bench", "--target", str(root / "target"), "--draft", str(root / "draft"), "--num-prompts", "1",
+                 "--batch-sizes", "1", "--max-new-tokens", "2", "--methods", "smart", "--smart-variants", "alpha",
+                 "--profile", str(profiled / "p.json"), "--prompt-sets", "spec_bench", "--device", "cpu",
+                 "--out", str(tmp_path)]) == 2
+    assert "--smart-variants: 'alpha' is not key=value" in capsys.readouterr().err
