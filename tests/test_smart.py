@@ -224,3 +224,18 @@ def test_cost_model_fitted_at_another_batch_size_warns():
     with pytest.warns(UserWarning, match="fitted at batch size 8, running at 1"):
         sup.start(state_for(ids, mask))
     assert np.isfinite(sup.cost_model.coefficients).all()
+
+
+def test_reprofile_measures_a_batch_size_outside_the_profile():
+    from dataclasses import replace
+
+    target = make_model("llama")
+    prof = replace(synthetic_profile(batch_sizes=(1, 2), scales=(1.0, 2.0), sizes=(1, 2, 4)), context_len=16,
+                   repeats=1)
+    sup = specdec.SmartSupplier(perturbed(target), prof, topk=2, frontier=2, max_depth=3, reprofile=True)
+    ids, mask = ragged_prompts([4, 6, 5])
+    out = specdec.SpeculativeGenerator(target, sup).generate(ids, attention_mask=mask, max_new_tokens=3,
+                                                             eos_token_id=[], pad_token_id=0)
+    assert torch.equal(out.sequences, reference(target, ids, mask, 3, eos=[]))
+    assert sup.source.batch_sizes == (1, 2, 3) and sup.source.verify_seconds[:2] == prof.verify_seconds
+    assert all(t > 0 for t in sup.source.verify_seconds[2]) and sup.cost_model.batch_rule == "profiled"

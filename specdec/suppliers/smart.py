@@ -24,6 +24,7 @@ per-layer syncs (max_depth layers always, one sync at the end for the tree width
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -32,7 +33,7 @@ from transformers import PreTrainedModel
 
 from ..cost import CostModel, check_compatible
 from ..ops import smart_cost, smart_expand
-from ..profiling import Profile
+from ..profiling import Profile, profile
 from ..state import DecodeState
 from ..tree import TreeBatch
 from ..verify import Acceptance, vocab_size
@@ -60,12 +61,15 @@ class SmartSupplier(Supplier):
     early_stop:    one host sync per layer to stop once no row grows (see the module docstring).
     refit_every:   None, or N: every N steps rescale the verification cost by the median ratio of measured
                    to predicted verification times of the last N steps (online refit).
+    reprofile:     with a Profile, a batch size outside its profiled range is profiled on the target when
+                   the batch starts (once per batch size, inside that `generate` call) instead of using the
+                   nearest profiled batch size.
     """
 
     def __init__(self, draft: PreTrainedModel, cost_model: CostModel | Profile, *, alpha: float = 0.8,
                  topk: int = 8, frontier: int = 8, budget: int | None = None, max_depth: int = 12,
                  benefit: str = "paper", padding_aware: bool = False, early_stop: bool = True,
-                 refit_every: int | None = None, backend: str = "auto"):
+                 refit_every: int | None = None, reprofile: bool = False, backend: str = "auto"):
         if not isinstance(cost_model, (CostModel, Profile)):
             raise TypeError(f"cost_model: expected a CostModel or a Profile, got {type(cost_model).__name__}")
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
@@ -86,7 +90,7 @@ class SmartSupplier(Supplier):
         self.cost_model = cost_model if isinstance(cost_model, CostModel) else None
         self.alpha, self.topk, self.frontier, self.max_depth = float(alpha), topk, frontier, max_depth
         self.benefit, self.padding_aware, self.early_stop = benefit, padding_aware, early_stop
-        self.refit_every, self.backend = refit_every, backend
+        self.refit_every, self.reprofile, self.backend = refit_every, reprofile, backend
         most = 1 + topk + (max_depth - 1) * frontier * topk
         self.budget = most if budget is None else min(budget, most)
         self._models: dict[int, CostModel] = {}
@@ -94,6 +98,7 @@ class SmartSupplier(Supplier):
 
     def attach(self, target: PreTrainedModel) -> None:
         self.runner.attach(target)
+        self._target = target
         check_compatible(self.source, target, self.runner.draft)
 
     def max_tree_size(self) -> int:
@@ -103,6 +108,8 @@ class SmartSupplier(Supplier):
         B = state.batch_size
         if isinstance(self.source, Profile):
             if B not in self._models:
+                if self.reprofile and not self.source.batch_sizes[0] <= B <= self.source.batch_sizes[-1]:
+                    self.source = self._profile_batch(B)
                 self._models[B] = CostModel.fit(self.source, B)
             self.cost_model = self._models[B]
         elif self.cost_model.batch_size != B and self.refit_every is None:
@@ -115,6 +122,18 @@ class SmartSupplier(Supplier):
 
     def commit(self, acc: Acceptance) -> None:
         self.runner.commit(acc)
+
+    def _profile_batch(self, batch_size: int) -> Profile:
+        """The profile with `batch_size` measured here and added (same context length, sizes, repeats)."""
+        src = self.source
+        new = profile(self._target, self.runner.draft if src.draft_seconds is not None else None,
+                      batch_sizes=(batch_size,), context_len=src.context_len, sizes=src.sizes, repeats=src.repeats,
+                      backend=self.backend, progress=False)
+        order = sorted(range(len(src.batch_sizes) + 1), key=lambda i: (list(src.batch_sizes) + [batch_size])[i])
+        pick = lambda rows, more: tuple((list(rows) + list(more))[i] for i in order)  # noqa: E731
+        return replace(src, batch_sizes=pick(src.batch_sizes, [batch_size]),
+                       verify_seconds=pick(src.verify_seconds, new.verify_seconds),
+                       draft_seconds=None if src.draft_seconds is None else pick(src.draft_seconds, new.draft_seconds))
 
     def record_verify(self, width: int, seconds: float) -> None:
         """Online refit: keep the step's verification time; every `refit_every` steps rescale the model."""
