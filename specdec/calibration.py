@@ -101,6 +101,7 @@ def threshold(scores: np.ndarray, delta: float) -> float:
     return float(np.quantile(scores, delta, method="lower"))
 
 
+@torch.no_grad()
 def window_scores(scorer: PreTrainedModel, prompt: list[int], continuation: list[int], window: int) -> np.ndarray:
     """Mean scorer log-prob of every `window`-token stretch of `continuation` given what precedes it.
 
@@ -118,6 +119,7 @@ def _name(model: PreTrainedModel) -> str:
                type(model).__name__)
 
 
+@torch.no_grad()
 def calibrate(target: PreTrainedModel, scorer: PreTrainedModel, prompts: Iterable[list[int] | Tensor], *,
               max_new_tokens: int = 128, window: int | None = None, delta: float = 0.05,
               eos_token_id: int | list[int] | None = None, progress: bool = False) -> Calibration:
