@@ -268,6 +268,7 @@ def test_identity_eos_mid_batch(tmp_path, models, tau):
 
 
 @pytest.mark.hf
+@pytest.mark.filterwarnings("ignore:cost_model")  # a hand-made cost model, not a profile of this machine
 @pytest.mark.parametrize("method", ["chain", "smart", "prompt_lookup"])
 def test_identity_other_suppliers(method):
     target = make_model("llama")
