@@ -197,10 +197,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     prompts = read_prompts(args)
     tokenizer = load_tokenizer(args.target)
     # the datastore before the models: a wrong one fails in milliseconds
-    datastore = load_datastore(args.datastore, tokenizer, args.target) if args.method == "retrieval" else None
+    datastore = (load_datastore(args.datastore, tokenizer, args.target)
+                 if args.method in harness.RETRIEVAL_METHODS else None)
     target = load_model(args.target, dtype=args.dtype, device=args.device)
     draft = load_model(args.draft, dtype=args.dtype, device=str(target.device)) if args.draft else None
-    cost = smart_profile(args.profile, target, draft, [args.batch_size]) if args.method == "smart" and draft else None
+    cost = (smart_profile(args.profile, target, draft, [args.batch_size])
+            if (args.method == "smart" and draft) or args.method == "retrieval-smart" else None)
     smart = {"alpha": args.alpha, "budget": args.budget, "benefit": args.benefit, "topk": args.topk,
              "frontier": args.frontier, "max_depth": args.max_depth, "padding_aware": args.padding_aware,
              "refit_every": args.refit_every}
@@ -271,15 +273,18 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
     target = load_model(target_name, dtype=args.dtype, device=args.device)
     draft = load_model(draft_name, dtype=args.dtype, device=str(target.device)) if draft_name else None
     methods = ["ar"] + [m for m in methods if m != "ar" and (draft is not None or m not in harness.DRAFT_METHODS)]
-    runs = {m: (m, 64) for m in methods if m != "retrieval"}  # label -> (method, retrieval budget)
+    # label -> (method, retrieval budget); retrieval-smart is capped by the largest budget
+    runs = {m: (m, max(args.budgets)) for m in methods if m != "retrieval"}
     datastore = None
-    if "retrieval" in methods:
+    if set(methods) & set(harness.RETRIEVAL_METHODS):
         if any(b < 1 for b in args.budgets):
             raise ValueError(f"--budgets: expected sizes >= 1, got {args.budgets}")
         datastore = load_datastore(args.datastore, tokenizer, target_name, stdlib_files)
         runs.update({"retrieval" if len(args.budgets) == 1 else f"retrieval-{b}": ("retrieval", b)
                      for b in args.budgets})
-    cost = smart_profile(getattr(args, "profile", None), target, draft, args.batch_sizes) if "smart" in methods else None
+    # retrieval-smart shares SMART's profile: retrieval drops its draft part (lambda), keeping the target's
+    cost = (smart_profile(getattr(args, "profile", None), target, draft, args.batch_sizes)
+            if {"smart", "retrieval-smart"} & set(methods) else None)
     runs, options = variant_runs(args, runs, cost)
     wide = getattr(args, "wide_methods", None)  # methods run at batch sizes > 1 (None: all)
     results, outputs, skipped = [], {}, {}

@@ -21,14 +21,15 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .cost import CostModel
 from .datastore import Datastore
-from .generate import SpeculativeGenerator, Stats
+from .generate import SpeculativeGenerator, Stats, TreeFilter
 from .profiling import Profile
 from .suppliers import ARSupplier, DraftSupplier, PromptLookupSupplier, RetrievalSupplier, SmartSupplier, Supplier
 
 __all__ = ["METHODS", "PROMPT_SETS", "MethodResult", "environment", "load_prompts", "make_supplier", "smart_variant",
            "run_method", "compare_to_ar", "plot_results"]
 
-METHODS = ("ar", "chain", "tree", "prompt-lookup", "retrieval", "smart")
+METHODS = ("ar", "chain", "tree", "prompt-lookup", "retrieval", "smart", "retrieval-smart")
+RETRIEVAL_METHODS = ("retrieval", "retrieval-smart")  # need a datastore; retrieval-smart also a cost profile
 DRAFT_METHODS = ("chain", "tree", "smart")
 # SmartSupplier options a bench variant may set ("alpha=0.5,budget=64"; "default" sets none).
 SMART_OPTIONS = {"alpha": float, "budget": int, "benefit": str, "topk": int, "frontier": int, "max_depth": int,
@@ -109,16 +110,22 @@ def smart_variant(spec: str) -> dict:
 def make_supplier(method: str, draft: PreTrainedModel | None, *, depth: int = 5, topk: int = 4,
                   total_tokens: int = 32, datastore: Datastore | None = None, budget: int = 64,
                   cost: Profile | CostModel | None = None, smart: dict | None = None) -> Supplier:
-    """The supplier of a method; `cost` and `smart` (SmartSupplier options) serve method "smart"."""
+    """The supplier of a method; `cost` and `smart` (SmartSupplier options) serve methods "smart" and
+    "retrieval-smart" (retrieval trees sized by SMART's rule, `budget` the cap; of `smart`, alpha and benefit)."""
     if method == "ar":
         return ARSupplier()
     if method == "prompt-lookup":
         return PromptLookupSupplier()
-    if method == "retrieval":
+    if method in RETRIEVAL_METHODS:
         if datastore is None:
-            raise ValueError("--datastore: method 'retrieval' needs a datastore built with the target's tokenizer "
+            raise ValueError(f"--datastore: method {method!r} needs a datastore built with the target's tokenizer "
                              "(specdec datastore build)")
-        return RetrievalSupplier(datastore, budget=budget)
+        if method == "retrieval":
+            return RetrievalSupplier(datastore, budget=budget)
+        if cost is None:
+            raise ValueError("--profile: method 'retrieval-smart' needs a cost profile of the target (specdec profile)")
+        rule = {k: v for k, v in (smart or {}).items() if k in ("alpha", "benefit")}
+        return RetrievalSupplier(datastore, budget=budget, cost_model=cost, **rule)
     if method not in DRAFT_METHODS:
         raise ValueError(f"method: {method!r} is not one of {METHODS}")
     if draft is None:
@@ -148,6 +155,8 @@ class MethodResult:
     first_difference_at: list[int] | None = None  # per differing row: index of its first new token that differs
     predicted_accepted_length: float | None = None  # SMART: the cost model's expectation, beside the measured
     predicted_speedup: float | None = None
+    filter: dict | None = None  # the filter's FilterStats.to_dict() (ValuSpec runs)
+    filter_share: float | None = None  # the filter stage's share of generate time (ValuSpec: the scorer's)
 
     def identity_note(self) -> str:
         """"yes", or how many rows differ and where (in low precision a logit tie can flip a token)."""
@@ -159,6 +168,7 @@ class MethodResult:
         out = asdict(self)
         out["accepted_histogram"] = json.dumps(self.accepted_histogram)
         out["first_difference_at"] = json.dumps(self.first_difference_at)
+        out["filter"] = json.dumps(self.filter)
         return out
 
 
@@ -177,9 +187,9 @@ def fit(token_lists: list[list[int]], model: PreTrainedModel, max_new_tokens: in
 
 def run_method(target: PreTrainedModel, supplier: Supplier, prompts: list[list[int]], *, batch_size: int,
                max_new_tokens: int, pad_token_id: int, eos_token_id: int | None, method: str,
-               prompt_set: str) -> tuple[MethodResult, list[list[int]]]:
+               prompt_set: str, filter: TreeFilter | None = None) -> tuple[MethodResult, list[list[int]]]:
     """Generate for every prompt in batches (left padding); returns the result and each new-token list."""
-    generator = SpeculativeGenerator(target, supplier)
+    generator = SpeculativeGenerator(target, supplier, filter)
     outputs, stats = [], []
     seconds = 0.0
     for i in range(0, len(prompts), batch_size):
@@ -199,6 +209,9 @@ def run_method(target: PreTrainedModel, supplier: Supplier, prompts: list[list[i
     result = MethodResult(method, prompt_set, batch_size, len(prompts), total.new_tokens, seconds,
                           total.new_tokens / seconds if seconds else 0.0, total.mean_accepted_length,
                           total.mean_tree_size, total.accepted_histogram)
+    if total.filter is not None:
+        result.filter = total.filter.to_dict()
+        result.filter_share = total.stage_seconds["filter"] / total.seconds if total.seconds else None
     return result, outputs
 
 
