@@ -33,7 +33,8 @@ RETRIEVAL_METHODS = ("retrieval", "retrieval-smart")  # need a datastore; retrie
 DRAFT_METHODS = ("chain", "tree", "smart")
 # SmartSupplier options a bench variant may set ("alpha=0.5,budget=64"; "default" sets none).
 SMART_OPTIONS = {"alpha": float, "budget": int, "benefit": str, "topk": int, "frontier": int, "max_depth": int,
-                 "padding_aware": bool, "early_stop": bool, "refit_every": int}
+                 "padding_aware": bool, "early_stop": bool, "refit_every": int, "reprofile": bool,
+                 "fit_batch": int}  # fit_batch=b: the cost model of batch b at every batch size (refit experiments)
 PROMPT_SETS = ("humaneval", "spec_bench")
 
 
@@ -133,7 +134,10 @@ def make_supplier(method: str, draft: PreTrainedModel | None, *, depth: int = 5,
     if method == "smart":
         if cost is None:
             raise ValueError("--profile: method 'smart' needs a cost profile of this pair (specdec profile)")
-        return SmartSupplier(draft, cost, **(smart or {}))
+        smart = dict(smart or {})
+        if "fit_batch" in smart:
+            cost = CostModel.fit(cost, smart.pop("fit_batch")) if isinstance(cost, Profile) else cost
+        return SmartSupplier(draft, cost, **smart)
     return DraftSupplier(draft, mode=method, depth=depth, topk=topk, total_tokens=total_tokens)
 
 

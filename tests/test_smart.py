@@ -239,3 +239,16 @@ def test_reprofile_measures_a_batch_size_outside_the_profile():
     assert torch.equal(out.sequences, reference(target, ids, mask, 3, eos=[]))
     assert sup.source.batch_sizes == (1, 2, 3) and sup.source.verify_seconds[:2] == prof.verify_seconds
     assert all(t > 0 for t in sup.source.verify_seconds[2]) and sup.cost_model.batch_rule == "profiled"
+
+
+def test_bench_variants_parse_and_fit_batch_pins_the_cost_model():
+    from specdec.harness import make_supplier, smart_variant
+
+    assert smart_variant("default") == {}
+    assert smart_variant("alpha=0.5,budget=none,padding_aware=1") == {"alpha": 0.5, "budget": None,
+                                                                      "padding_aware": True}
+    with pytest.raises(ValueError, match="--smart-variants: 'alpha=x': 'x' is not a valid float"):
+        smart_variant("alpha=x")
+    prof = synthetic_profile(batch_sizes=(1, 4), scales=(1.0, 2.0))
+    sup = make_supplier("smart", make_model("llama"), cost=prof, smart=smart_variant("fit_batch=1,refit_every=8"))
+    assert isinstance(sup.source, CostModel) and sup.source.batch_size == 1 and sup.refit_every == 8
