@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-__all__ = ["Calibration", "calibrate", "window_scores", "threshold", "DEFAULT_WINDOW"]
+__all__ = ["Calibration", "calibrate", "cached_calibration", "window_scores", "threshold", "DEFAULT_WINDOW"]
 
 DEFAULT_WINDOW = 10  # RetrievalSupplier's continuation length
 FORMAT = "specdec-valuspec-calibration"
@@ -159,6 +159,29 @@ def calibrate(target: PreTrainedModel, scorer: PreTrainedModel, prompts: Iterabl
     return Calibration(tau=threshold(scores, delta), delta=float(delta), window=window, target=_name(target),
                        scorer=_name(scorer), num_prompts=len(prompts), num_windows=int(scores.size),
                        max_new_tokens=max_new_tokens)
+
+
+def cached_calibration(target: PreTrainedModel, scorer: PreTrainedModel, prompts: list[list[int]], **settings) -> Calibration:
+    """`calibrate(target, scorer, prompts, **settings)`, run once per models, dtype, prompts and settings and
+    kept under $SPECDEC_CACHE/valuspec (default ~/.cache/specdec/valuspec). A cached file that no longer
+    validates is computed again."""
+    import hashlib
+
+    from . import __version__
+    from .datastore import cache_dir
+
+    key = json.dumps({"target": _name(target), "scorer": _name(scorer), "dtype": str(target.dtype),
+                      "specdec": __version__, "prompts": prompts, **settings}, sort_keys=True)
+    path = cache_dir() / "valuspec" / f"calibration-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    if path.is_file():
+        try:
+            return Calibration.load(path)
+        except ValueError:
+            pass
+    cal = calibrate(target, scorer, prompts, **settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cal.save(path)
+    return cal
 
 
 def _progress(total: int, show: bool):
