@@ -273,15 +273,17 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
     target = load_model(target_name, dtype=args.dtype, device=args.device)
     draft = load_model(draft_name, dtype=args.dtype, device=str(target.device)) if draft_name else None
     methods = ["ar"] + [m for m in methods if m != "ar" and (draft is not None or m not in harness.DRAFT_METHODS)]
-    # label -> (method, retrieval budget); retrieval-smart is capped by the largest budget
-    runs = {m: (m, max(args.budgets)) for m in methods if m != "retrieval"}
+    if any(b < 1 for b in args.budgets):
+        raise ValueError(f"--budgets: expected sizes >= 1, got {args.budgets}")
+    runs = {}  # label -> (method, retrieval budget), in the order of `methods`
+    for m in methods:
+        if m == "retrieval":  # one run per budget
+            runs.update({m if len(args.budgets) == 1 else f"{m}-{b}": (m, b) for b in args.budgets})
+        else:
+            runs[m] = (m, max(args.budgets))  # retrieval-smart: the largest budget is its cap
     datastore = None
     if set(methods) & set(harness.RETRIEVAL_METHODS):
-        if any(b < 1 for b in args.budgets):
-            raise ValueError(f"--budgets: expected sizes >= 1, got {args.budgets}")
         datastore = load_datastore(args.datastore, tokenizer, target_name, stdlib_files)
-        runs.update({"retrieval" if len(args.budgets) == 1 else f"retrieval-{b}": ("retrieval", b)
-                     for b in args.budgets})
     # retrieval-smart shares SMART's profile: retrieval drops its draft part (lambda), keeping the target's
     cost = (smart_profile(getattr(args, "profile", None), target, draft, args.batch_sizes)
             if {"smart", "retrieval-smart"} & set(methods) else None)
@@ -299,7 +301,7 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
         method, budget = runs[m]
         supplier = harness.make_supplier(method, draft, **{"depth": args.depth, "topk": args.topk, "datastore": datastore,
                                                            "total_tokens": args.total_tokens, "budget": budget,
-                                                           **options.get(m, {})})
+                                                           "cost": cost, **options.get(m, {})})
         harness.run_method(target, supplier, encoded[ps][:bs], batch_size=bs, max_new_tokens=4, method=m,
                            prompt_set=ps, pad_token_id=tokenizer.pad_token_id, eos_token_id=None)  # warm-up
         if method == "smart":
