@@ -44,6 +44,10 @@ FORMS = ("paper", "intercept")
 # overstates the cost of small trees (the demo pair on this CPU, batch 1: dC(1) fitted 0.21 ms per node
 # with rho 0.14, 0.12 ms with rho >= 1; the measured slope over 1..8 nodes is ~0.13 ms).
 RHO_MIN_INTERCEPT = 1.0
+# K2 evaluates gamma * (exp(delta n^rho) - 1) in float32; with delta n^rho >= 1e-3 (n >= 1) the difference
+# keeps ~4 significant digits. Smaller delta (a nearly linear curve, as on a CPU) lost the whole verify
+# term on the device (exp(1e-12 n) - 1 == 0 in float32) while the float64 fit looked right.
+DELTA_MIN = 1e-3
 
 
 # ---------------------------------------------------------------------------------------------- fitting
@@ -70,10 +74,10 @@ def _fit_verify(n: np.ndarray, t: np.ndarray, intercept: bool,
     scale = float(t[0])
     y = t / scale
     if intercept:
-        f, lo, hi = _verify_curve, [0.0, 1e-12, 1e-12, RHO_MIN_INTERCEPT], [np.inf, np.inf, 100.0, 3.0]
+        f, lo, hi = _verify_curve, [0.0, 1e-12, DELTA_MIN, RHO_MIN_INTERCEPT], [np.inf, np.inf, 100.0, 3.0]
     else:
         f = lambda x, g, d, r: _verify_curve(x, 0.0, g, d, r)  # noqa: E731
-        lo, hi = [1e-12, 1e-12, 0.01], [np.inf, 100.0, 3.0]
+        lo, hi = [1e-12, DELTA_MIN, 0.01], [np.inf, 100.0, 3.0]
     starts = []
     for rho0 in ((1.0, 2.0) if intercept else (0.5, 1.0)):
         for reach in (0.5, 3.0):  # delta * max(n)^rho at the start: nearly linear, strongly convex
@@ -84,7 +88,7 @@ def _fit_verify(n: np.ndarray, t: np.ndarray, intercept: bool,
         starts.append([start[0] / scale, start[1] / scale * start[2], start[2], max(start[3], lo[-1])])
     # Flat, noisy or non-monotonic times (tiny models on a loaded CPU) leave the curve undetermined and a
     # start can run out of evaluations: it is skipped. A flat curve (the mean) competes as one more fit.
-    flat = [float(np.mean(y)), 1e-12, 1e-3, 1.0] if intercept else [float(np.mean(y)) / (math.e - 1), 1.0, 0.01]
+    flat = [float(np.mean(y)), 1e-12, DELTA_MIN, 1.0] if intercept else [float(np.mean(y)) / (math.e - 1), 1.0, 0.01]
     rel_err = lambda p: float(np.sqrt(np.mean(((f(n, *p) - y) / y) ** 2)))  # noqa: E731
     best, best_err = flat, rel_err(flat)
     for p0 in starts:

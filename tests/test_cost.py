@@ -165,3 +165,17 @@ def test_profile_argument_errors(kwargs, message):
     target = make_model("llama")
     with pytest.raises(ValueError, match=message):
         specdec.profile(target, **{"sizes": (1, 2, 8), "context_len": 8, **kwargs})
+
+
+def test_linear_costs_survive_k2s_float32_cost_vector():
+    """CPU-like verify times, linear in n: the device's C(n) must keep the verify term (float32 exp - 1)."""
+    n = np.array(SIZES, dtype=np.float64)
+    prof = Profile(device="cpu", dtype="float32", target="t", draft="d", context_len=512, batch_sizes=(1,),
+                   sizes=SIZES, repeats=5, verify_seconds=(tuple(4e-3 + 1.2e-4 * n),),
+                   draft_seconds=(tuple(8e-4 + 1e-5 * n),))
+    model = CostModel.fit(prof, 1)
+    assert model.errors[model.form] < 0.02
+    value, slope = smart_cost(model.as_tensor(), torch.tensor(n, dtype=torch.float32))
+    assert np.allclose(value.numpy(), model.predict(n), rtol=1e-3)
+    assert np.allclose(value.numpy(), 4.8e-3 + 1.3e-4 * n, rtol=0.05)
+    assert np.allclose(slope.numpy(), model.derivative(n), rtol=1e-3)

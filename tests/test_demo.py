@@ -35,12 +35,16 @@ def test_demo_quick_runs_every_method_identical_to_ar(tmp_path, capsys):
     doc = json.loads((tmp_path / "demo.json").read_text())
     assert doc["all_identical"] is True
     assert [(r["method"], r["batch_size"]) for r in doc["results"]] == [
-        (m, 1) for m in ("ar", "chain", "tree", "prompt-lookup", "smart", "retrieval", "retrieval-smart")] + [
+        (m, 1) for m in ("ar", "chain", "tree", "prompt-lookup", "smart", "retrieval", "retrieval-smart",
+                   "retrieval+valuspec")] + [
         (m, 4) for m in ("ar", "tree", "smart")]  # static tree vs SMART at batch 4 too
     smart = [r for r in doc["results"] if r["method"] == "smart"]
     assert all(r["predicted_speedup"] > 0 and r["predicted_accepted_length"] >= 1 for r in smart)
     assert doc["environment"]["smart"]["profile"]["batch_sizes"] == [1, 4]
     assert all(r["identical_to_ar"] and r["new_tokens"] > 0 for r in doc["results"])
+    valuspec = next(r for r in doc["results"] if r["method"] == "retrieval+valuspec")
+    assert json.loads(valuspec["filter"])["rows"] > 0 and 0 < valuspec["filter_share"] < 1
+    assert doc["environment"]["valuspec"]["calibration"]["num_prompts"] == 3  # calibrated on 3 other prompts
     assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "prompt-lookup" in capsys.readouterr().out
 
