@@ -32,7 +32,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from ..cost import CostModel, check_compatible
-from ..ops import smart_cost, smart_expand
+from ..ops import Expansion, smart_cost, smart_expand
 from ..profiling import Profile, profile
 from ..state import DecodeState
 from ..tree import TreeBatch
@@ -210,7 +210,7 @@ class SmartSupplier(Supplier):
                 "predicted_speedup": float(np.mean(model.speedup(lengths, widths)))}
 
     @staticmethod
-    def _next_frontier(exp, keep: Tensor, F: int) -> tuple[Tensor, Tensor, Tensor]:
+    def _next_frontier(exp: Expansion, keep: Tensor, F: int) -> tuple[Tensor, Tensor, Tensor]:
         """The best F kept candidates (a prefix: candidates are sorted), padded to F inactive slots.
 
         Returns tokens [B, F] (inactive: 0), path log-probs [B, F] (inactive: -inf) and the frontier slot
@@ -229,7 +229,7 @@ class SmartSupplier(Supplier):
             par = torch.cat([par, par.new_zeros(B, pad)], 1)
         return tok, lp, par
 
-    def _padding_keep(self, exp, size: Tensor, length: Tensor, paths: Tensor) -> Tensor:
+    def _padding_keep(self, exp: Expansion, size: Tensor, length: Tensor, paths: Tensor) -> Tensor:
         """The padding-aware test on K2's sorted candidates: below the widest row W a node costs lambda."""
         FK = exp.logp.shape[1]
         n = (size[:, None] + torch.arange(FK, device=size.device)).float()  # |T|_j
