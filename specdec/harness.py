@@ -28,7 +28,7 @@ from .suppliers import ARSupplier, DraftSupplier, PromptLookupSupplier, Retrieva
 __all__ = ["METHODS", "PROMPT_SETS", "MethodResult", "environment", "load_prompts", "make_supplier", "smart_variant",
            "run_method", "compare_to_ar", "plot_results"]
 
-METHODS = ("ar", "chain", "tree", "prompt-lookup", "retrieval", "smart", "retrieval-smart")
+METHODS = ("ar", "chain", "tree", "prompt-lookup", "smart", "retrieval", "retrieval-smart")
 RETRIEVAL_METHODS = ("retrieval", "retrieval-smart")  # need a datastore; retrieval-smart also a cost profile
 DRAFT_METHODS = ("chain", "tree", "smart")
 # SmartSupplier options a bench variant may set ("alpha=0.5,budget=64"; "default" sets none).
