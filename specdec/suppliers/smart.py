@@ -24,6 +24,7 @@ per-layer syncs (max_depth layers always, one sync at the end for the tree width
 from __future__ import annotations
 
 import warnings
+from collections import deque
 from dataclasses import replace
 
 import numpy as np
@@ -43,6 +44,7 @@ from .draft import DraftRunner
 __all__ = ["SmartSupplier"]
 
 BENEFITS = ("paper", "expected")
+TRACE_STEPS = 1 << 16
 
 
 class SmartSupplier(Supplier):
@@ -94,7 +96,8 @@ class SmartSupplier(Supplier):
         most = 1 + topk + (max_depth - 1) * frontier * topk
         self.budget = most if budget is None else min(budget, most)
         self._models: dict[int, CostModel] = {}
-        self.trace: list[tuple[Tensor, int]] = []  # per step: mean predicted L over rows (device), tree width
+        # Per step: mean predicted L over rows (a device scalar) and the tree width; bounded, for long runs.
+        self.trace: deque[tuple[Tensor, int]] = deque(maxlen=TRACE_STEPS)
 
     def attach(self, target: PreTrainedModel) -> None:
         self.runner.attach(target)
