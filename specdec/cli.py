@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import sys
 import time
 from dataclasses import asdict
@@ -14,12 +15,14 @@ import torch
 from tqdm import tqdm
 
 from . import harness
+from .calibration import DEFAULT_WINDOW, Calibration, cached_calibration, calibrate
 from .cost import CostModel, plot_fits
 from .datastore import HEADER, Datastore, stdlib_datastore
 from .generate import SpeculativeGenerator, Stats
 from .harness import METHODS, PROMPT_SETS
 from .models import DTYPES, load_model, load_tokenizer
 from .profiling import DEFAULT_SIZES, Profile, cached_profile, profile
+from .valuspec import FixedThresholdFilter, ValuSpecFilter
 
 
 MODEL_HELP = "a local path, a hub id, demo-target / demo-draft (the embedded pair) or smollm2"
@@ -52,6 +55,36 @@ def add_smart_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-depth", type=int, default=12, help="most layers of a SMART tree")
     parser.add_argument("--padding-aware", action="store_true", help="SMART's padding-aware marginal cost (batches)")
     parser.add_argument("--refit-every", type=int, help="SMART's online refit every N steps (default: off)")
+
+
+def add_valuspec_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--valuspec", type=Path, help="filter every tree with ValuSpec, tau from this calibration file "
+                       "(`specdec calibrate`)")
+    group.add_argument("--fixed-threshold", type=float, help="filter with a fixed per-token probability cut-off "
+                       "instead (the paper's baseline, 0.3-0.8)")
+    parser.add_argument("--scorer", help="ValuSpec's scorer model; default: --draft, or demo-draft with the demo "
+                        "target; " + MODEL_HELP)
+    parser.add_argument("--audit", action="store_true", help="also verify unfiltered trees to count false discards "
+                        "(one more target forward per step)")
+
+
+def add_calibrate_parser(sub: argparse._SubParsersAction) -> None:
+    cal = sub.add_parser("calibrate", help="ValuSpec's tau: the target's greedy outputs scored by the scorer")
+    cal.add_argument("--target", required=True, help=MODEL_HELP)
+    cal.add_argument("--scorer", required=True, help="a small LM sharing the target's tokenizer; " + MODEL_HELP)
+    cal.add_argument("--prompts", required=True, help=f"a prompt set ({', '.join(PROMPT_SETS)}) or a file (one prompt "
+                     "per line, or .jsonl with 'prompt' or Spec-Bench 'turns')")
+    cal.add_argument("--num-prompts", type=int, help="the first N prompts (default: all)")
+    cal.add_argument("--max-new-tokens", type=int, default=128)
+    cal.add_argument("--window", type=int, default=None, help=f"branch length to calibrate for (default "
+                     f"{DEFAULT_WINDOW}, retrieval's continuation; a draft tree's depth for draft suppliers)")
+    cal.add_argument("--delta", type=float, default=0.05, help="tau = the delta-quantile of the window scores")
+    cal.add_argument("--chat", action="store_true", help="wrap prompts in the tokenizer's chat template")
+    cal.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    cal.add_argument("--device", default="auto")
+    cal.add_argument("--out", type=Path, required=True, help="calibration JSON")
+    cal.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def add_profile_parser(sub: argparse._SubParsersAction) -> None:
@@ -107,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_tree_options(gen)
     add_retrieval_options(gen)
     add_smart_options(gen)
+    add_valuspec_options(gen)
     gen.add_argument("--json", action="store_true", help="print one JSON document instead of text")
 
     demo = sub.add_parser("demo", help="every method on HumanEval prompts with the embedded pair (static tree and "
@@ -149,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "padding_aware, early_stop, refit_every, reprofile, fit_batch); several run as smart[<variant>]")
     add_profile_parser(sub)
     add_datastore_parser(sub)
+    add_calibrate_parser(sub)
     return parser
 
 
@@ -168,6 +203,25 @@ def tokenizer_or_error(name: str):
         return load_tokenizer(name)
     except OSError as err:  # transformers reports a missing path or an unknown hub id as OSError
         raise ValueError(f"--tokenizer: cannot load {name!r}: {str(err).splitlines()[0]}") from err
+
+
+def make_filter(args: argparse.Namespace, calibration: Calibration | None, target, draft) -> ValuSpecFilter | None:
+    """The filter of --valuspec (its loaded `calibration`) or --fixed-threshold (None without either); the
+    scorer is --scorer, else the draft itself (the same model object, so a draft supplier's log-probs are
+    reused), else demo-draft with the demo target."""
+    if calibration is None and args.fixed_threshold is None:
+        return None
+    name = args.scorer or args.draft or ("demo-draft" if args.target == "demo-target" else None)
+    if name is None:
+        raise ValueError("--scorer: ValuSpec needs a scorer model sharing the target's tokenizer (or a --draft)")
+    scorer = draft if draft is not None and name == args.draft else load_model(name, dtype=args.dtype,
+                                                                                 device=str(target.device))
+    if calibration is None:
+        return FixedThresholdFilter(scorer, args.fixed_threshold, audit=args.audit)
+    if calibration.target != target.config._name_or_path or calibration.scorer != scorer.config._name_or_path:
+        print(f"specdec: warning: {args.valuspec} was calibrated for {calibration.target} scored by "
+              f"{calibration.scorer}", file=sys.stderr)
+    return ValuSpecFilter(scorer, calibration, audit=args.audit)
 
 
 def read_prompts(args: argparse.Namespace) -> list[str]:
@@ -195,6 +249,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.batch_size <= 0:
         raise ValueError(f"--batch-size: expected > 0, got {args.batch_size}")
     prompts = read_prompts(args)
+    calibration = Calibration.load(args.valuspec) if args.valuspec is not None else None  # before any model loads
     tokenizer = load_tokenizer(args.target)
     # the datastore before the models: a wrong one fails in milliseconds
     datastore = (load_datastore(args.datastore, tokenizer, args.target)
@@ -209,7 +264,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     supplier = harness.make_supplier(args.method, draft, depth=args.depth, topk=args.topk,
                                      total_tokens=args.total_tokens, datastore=datastore,
                                      budget=64 if args.budget is None else args.budget, cost=cost, smart=smart)
-    generator = SpeculativeGenerator(target, supplier)
+    generator = SpeculativeGenerator(target, supplier, make_filter(args, calibration, target, draft))
     results, stats = [], []
     batches = range(0, len(prompts), args.batch_size)
     for i in tqdm(batches, desc="prompts", unit="batch", disable=len(batches) < 2, file=sys.stderr):
@@ -231,6 +286,32 @@ def cmd_generate(args: argparse.Namespace) -> int:
     print(f"method {args.method}: {summary['new_tokens']} tokens in {summary['steps']} steps, "
           f"{summary['tokens_per_second']:.1f} tok/s, mean accepted length {summary['mean_accepted_length']:.2f}, "
           f"mean tree size {summary['mean_tree_size']:.1f}")
+    if "filter" in summary:
+        f = summary["filter"]
+        print(f"filter: kept {f['branch_keep_rate']:.1%} of branches, {f['node_keep_rate']:.1%} of nodes; empty trees "
+              f"{f['empty_tree_rate']:.1%}, AR fallbacks {f['ar_fallback_rate']:.1%}"
+              + (f", false discards {f['false_discard_rate']:.1%}" if f["audited"] else ""))
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    if args.num_prompts is not None and args.num_prompts < 1:
+        raise ValueError(f"--num-prompts: expected >= 1, got {args.num_prompts}")
+    if args.prompts in PROMPT_SETS:
+        texts = harness.load_prompts(args.prompts, args.num_prompts)
+    elif not Path(args.prompts).is_file():
+        raise ValueError(f"--prompts: {args.prompts!r} is neither a prompt set ({', '.join(PROMPT_SETS)}) nor a file")
+    else:
+        texts = read_prompts(argparse.Namespace(prompt=None, prompts_file=Path(args.prompts)))[:args.num_prompts]
+    tokenizer = load_tokenizer(args.target)
+    target = load_model(args.target, dtype=args.dtype, device=args.device)
+    scorer = load_model(args.scorer, dtype=args.dtype, device=str(target.device))
+    prompts = harness.fit(harness.encode(tokenizer, texts, args.chat), target, args.max_new_tokens)
+    cal = calibrate(target, scorer, prompts, max_new_tokens=args.max_new_tokens, window=args.window, delta=args.delta,
+                    eos_token_id=tokenizer.eos_token_id, progress=not args.quiet)
+    cal.save(args.out)
+    print(f"wrote {args.out}: tau {cal.tau:.4f} (mean log-prob per token, probability {math.exp(cal.tau):.3f}), "
+          f"the {cal.delta:g}-quantile of {cal.num_windows} windows of {cal.window} tokens from {cal.num_prompts} prompts")
     return 0
 
 
@@ -288,6 +369,7 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
     cost = (smart_profile(getattr(args, "profile", None), target, draft, args.batch_sizes)
             if {"smart", "retrieval-smart"} & set(methods) else None)
     runs, options = variant_runs(args, runs, cost)
+    calibration = valuspec_runs(args, runs, options, tokenizer, target, draft, chat)
     wide = getattr(args, "wide_methods", None)  # methods run at batch sizes > 1 (None: all)
     results, outputs, skipped = [], {}, {}
     jobs = [(ps, bs, m) for ps in prompt_sets for bs in args.batch_sizes for m in runs
@@ -302,13 +384,15 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
         supplier = harness.make_supplier(method, draft, **{"depth": args.depth, "topk": args.topk, "datastore": datastore,
                                                            "total_tokens": args.total_tokens, "budget": budget,
                                                            "cost": cost, **options.get(m, {})})
+        filt = ValuSpecFilter(draft, calibration) if m.endswith("+valuspec") else None
         harness.run_method(target, supplier, encoded[ps][:bs], batch_size=bs, max_new_tokens=4, method=m,
-                           prompt_set=ps, pad_token_id=tokenizer.pad_token_id, eos_token_id=None)  # warm-up
+                           prompt_set=ps, pad_token_id=tokenizer.pad_token_id, eos_token_id=None,
+                           filter=filt)  # warm-up
         if method == "smart":
             supplier.trace.clear()  # its predictions are reported for the measured run only
         result, out = harness.run_method(target, supplier, encoded[ps], batch_size=bs, max_new_tokens=args.max_new_tokens,
                                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                                         method=m, prompt_set=ps)
+                                         method=m, prompt_set=ps, filter=filt)
         if method == "smart":
             vars(result).update(supplier.predicted())
         results.append(result)
@@ -321,16 +405,40 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
     if datastore is not None:
         env["retrieval"] = {"datastore": str(datastore.path), "num_tokens": datastore.num_tokens,
                             "budgets": args.budgets}
+    if calibration is not None:
+        env["valuspec"] = {"calibration": asdict(calibration), "scorer": draft_name}
     if cost is not None:
         env["smart"] = {"profile": asdict(cost), "variants": getattr(args, "smart_variants", None) or ["default"]}
     return results, env
 
 
+def valuspec_runs(args: argparse.Namespace, runs: dict, options: dict, tokenizer, target, draft,
+                  chat: bool) -> Calibration | None:
+    """For each label in ``args.valuspec_methods``, a "<label>+valuspec" run with the draft as scorer, tau
+    calibrated (once, cached) on ``args.calibration_prompts`` at this run's max_new_tokens; the calibration."""
+    methods = [m for m in getattr(args, "valuspec_methods", None) or () if m in runs]
+    if not methods or draft is None:
+        return None
+    prompts = harness.fit(harness.encode(tokenizer, args.calibration_prompts, chat), target, args.max_new_tokens)
+    calibration = cached_calibration(target, draft, prompts, max_new_tokens=args.max_new_tokens,
+                                     window=min(DEFAULT_WINDOW, args.max_new_tokens),
+                                     eos_token_id=tokenizer.eos_token_id)
+    for m in methods:
+        runs[f"{m}+valuspec"], options[f"{m}+valuspec"] = runs[m], options.get(m, {})
+    return calibration
+
+
 def print_table(results: list[harness.MethodResult]) -> None:
-    print(f"{'method':<14}{'prompts':<12}{'batch':>6}{'tok/s':>9}{'speedup':>9}{'accepted':>10}{'tree':>7}  identical")
+    print(f"{'method':<20}{'prompts':<12}{'batch':>6}{'tok/s':>9}{'speedup':>9}{'accepted':>10}{'tree':>7}  identical")
     for r in results:
-        print(f"{r.method:<14}{r.prompt_set:<12}{r.batch_size:>6}{r.tokens_per_second:>9.1f}{r.speedup_vs_ar:>8.2f}x"
+        print(f"{r.method:<20}{r.prompt_set:<12}{r.batch_size:>6}{r.tokens_per_second:>9.1f}{r.speedup_vs_ar:>8.2f}x"
               f"{r.mean_accepted_length:>10.2f}{r.mean_tree_size:>7.1f}  {r.identity_note()}")
+    for r in results:
+        if r.filter is not None:
+            f = r.filter
+            print(f"{r.method} (batch {r.batch_size}): kept {f['branch_keep_rate']:.1%} of branches and "
+                  f"{f['node_keep_rate']:.1%} of nodes, AR fallbacks {f['ar_fallback_rate']:.1%}, filter "
+                  f"{r.filter_share:.1%} of the time")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -339,6 +447,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     # Static tree vs SMART at batch 1 and 4 (AR beside them for the speedups); the other methods at batch 1.
     args.batch_sizes, args.wide_methods = [1, 4], ("ar", "tree", "smart")
     args.datastore, args.budgets = None, [args.budget]
+    # Retrieval + ValuSpec with the demo draft as scorer, calibrated on the last 3 HumanEval prompts (never
+    # among the evaluated ones, which come first); batch 1 only, since the demo is already near 3 minutes.
+    args.valuspec_methods, args.calibration_prompts = ("retrieval",), harness.load_prompts("humaneval")[-3:]
     # --quick retrieves from the first 100 stdlib files (~0.5M tokens, seconds to build) instead of all (~8.6M)
     results, env = evaluate(args, "demo-target", "demo-draft", ["humaneval"], args.prompts, list(METHODS),
                             stdlib_files=100 if args.quick else None)
@@ -410,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return {"generate": cmd_generate, "demo": cmd_demo, "bench": cmd_bench, "profile": cmd_profile,
-                "datastore": cmd_datastore}[args.command](args)
+                "datastore": cmd_datastore, "calibrate": cmd_calibrate}[args.command](args)
     except (ValueError, OSError) as err:  # user errors (OSError: a missing model path, an unwritable --out)
         message = str(err).strip().splitlines()
         print(f"specdec: error: {message[0] if message else type(err).__name__}", file=sys.stderr)
