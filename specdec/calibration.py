@@ -122,11 +122,13 @@ def _name(model: PreTrainedModel) -> str:
 @torch.no_grad()
 def calibrate(target: PreTrainedModel, scorer: PreTrainedModel, prompts: Iterable[list[int] | Tensor], *,
               max_new_tokens: int = 128, window: int | None = None, delta: float = 0.05,
-              eos_token_id: int | list[int] | None = None, progress: bool = False) -> Calibration:
+              eos_token_id: int | list[int] | None = None, progress: bool = False,
+              outputs: list[list[int]] | None = None) -> Calibration:
     """tau for `ValuSpecFilter` from the target's greedy outputs on `prompts` (token id lists, batch 1 each).
 
     Decoding uses specdec's own loop with plain AR steps (identical to ``target.generate(do_sample=False)``).
-    `progress` shows a tqdm bar. Raises ValueError (before any decoding) on bad arguments, and when no
+    `outputs`: those greedy continuations when the caller already has them (one per prompt; the benchmark
+    also puts them in its datastore), so nothing is decoded again. `progress` shows a tqdm bar. Raises ValueError (before any decoding) on bad arguments, and when no
     window fits (outputs shorter than `window`: raise max_new_tokens or lower window).
     """
     from .generate import SpeculativeGenerator  # lazy: generate imports nothing from here, but keep it light
@@ -143,13 +145,18 @@ def calibrate(target: PreTrainedModel, scorer: PreTrainedModel, prompts: Iterabl
     prompts = [p.reshape(-1).tolist() if isinstance(p, Tensor) else list(p) for p in prompts]
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("prompts: expected at least one non-empty token list")
+    if outputs is not None and len(outputs) != len(prompts):
+        raise ValueError(f"outputs: {len(outputs)} continuations for {len(prompts)} prompts")
     gen = SpeculativeGenerator(target, ARSupplier())
     parts = []
     bar = _progress(len(prompts), progress)
-    for p in prompts:
-        ids = torch.tensor([p], dtype=torch.int64, device=target.device)
-        out = gen.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
-        new = out.sequences[0, len(p):].tolist()[: out.stats.new_tokens]
+    for i, p in enumerate(prompts):
+        if outputs is None:
+            ids = torch.tensor([p], dtype=torch.int64, device=target.device)
+            out = gen.generate(ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
+            new = out.sequences[0, len(p):].tolist()[: out.stats.new_tokens]
+        else:
+            new = list(outputs[i])
         parts.append(window_scores(scorer, p, new, window))
         bar.update(1)
     bar.close()

@@ -176,14 +176,16 @@ def test_calibrate_scores_windows_of_the_targets_greedy_output(tmp_path):
     target, scorer = make_model("llama"), make_model("llama", seed=3)
     prompts = [[5, 6, 7, 8], [9, 10, 11, 12, 13, 14]]
     cal = calibrate(target, scorer, prompts, max_new_tokens=10, window=3, delta=0.2)
-    want = []
+    want, outputs = [], []
     for p in prompts:
         new = reference(target, torch.tensor([p]), torch.ones(1, len(p), dtype=torch.int64), 10, eos=[])[0, len(p):]
+        outputs.append(new.tolist())
         for t in range(len(new) - 3 + 1):  # every whole window, each scored as a branch of its own
             branch = TreeBatch.chain(torch.tensor([[p[-1]] + new[t:t + 3].tolist()]), torch.tensor([4]))
             want += plain_branch_scores(scorer, p + new[:t].tolist(), branch, 0).values()
     assert cal.num_windows == len(want) == 16 and cal.num_prompts == 2 and cal.window == 3
     assert cal.tau == pytest.approx(threshold(np.array(want), 0.2), abs=1e-5)
+    assert calibrate(target, scorer, prompts, max_new_tokens=10, window=3, delta=0.2, outputs=outputs) == cal
     cal.save(tmp_path / "c.json")
     assert Calibration.load(tmp_path / "c.json") == cal
     with pytest.raises(ValueError, match="window: 20 tokens exceeds max_new_tokens 10"):
