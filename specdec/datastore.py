@@ -128,9 +128,11 @@ class Datastore:
         from pydivsufsort import divsufsort
 
         t0 = time.perf_counter()
-        suffixes = divsufsort(tokens)  # int32 below 2^31 tokens, int64 above
+        suffixes = divsufsort(tokens)  # int32 while the array's 4N bytes stay below 2^31, int64 beyond
         out.mkdir(parents=True, exist_ok=True)
-        # Arrays first under temporary names, header last: a crash leaves the old store or no header.
+        # The old header goes first and the new one comes last: a crash in between leaves a folder that
+        # `open` refuses (no header), never a header describing other arrays.
+        (out / HEADER).unlink(missing_ok=True)
         for name, array in ((TOKENS, tokens), (SUFFIXES, suffixes)):
             with open(out / f".{name}.tmp", "wb") as f:
                 np.save(f, array, allow_pickle=False)
