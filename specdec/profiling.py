@@ -12,10 +12,15 @@ import platform
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
 from transformers import PreTrainedModel
+
+if TYPE_CHECKING:
+    from .cache import TreeCache
+    from .tree import TreeBatch
 
 __all__ = ["Profile", "profile", "cached_profile", "device_name", "model_name", "DEFAULT_SIZES", "DEFAULT_BATCH_SIZES"]
 
@@ -150,7 +155,7 @@ class Profile:
                    spread=doc.get("spread") or {}, versions=doc.get("versions") or {}, created=doc.get("created", ""))
 
 
-def _random_tree(batch_size: int, n: int, gen: torch.Generator, vocab: int, device: torch.device):
+def _random_tree(batch_size: int, n: int, gen: torch.Generator, vocab: int, device: torch.device) -> "TreeBatch":
     """A random recursive tree of n nodes per row (parent of node i uniform in [0, i)): depth ~ ln n."""
     from .tree import TreeBatch
 
@@ -161,7 +166,7 @@ def _random_tree(batch_size: int, n: int, gen: torch.Generator, vocab: int, devi
     return TreeBatch(tokens.to(device), parents.to(device), torch.full((batch_size,), n, device=device))
 
 
-def _filled_cache(model: PreTrainedModel, batch_size: int, context_len: int, extra: int):
+def _filled_cache(model: PreTrainedModel, batch_size: int, context_len: int, extra: int) -> "TreeCache":
     """A TreeCache holding context_len committed tokens per row (random K/V: the values do not change cost)."""
     from .cache import TreeCache
 
@@ -174,7 +179,7 @@ def _filled_cache(model: PreTrainedModel, batch_size: int, context_len: int, ext
     return cache
 
 
-def _timed(fn, repeats: int, device: torch.device) -> list[float]:
+def _timed(fn: Callable[[], None], repeats: int, device: torch.device) -> list[float]:
     """Seconds per call of fn: CUDA events on a GPU (device time), perf_counter on the CPU."""
     out = []
     for _ in range(repeats):
