@@ -3,7 +3,8 @@
 # static trees of several sizes and SMART variants at batch 1, 4, 8 and 16 in one run (ratios from one
 # run), then the online-refit experiment after a batch-size change. Run on a quiet machine.
 #
-#   bash bench/smart.sh [OUT]          # full run (CPU: ~1 min profile, ~15-25 min bench, ~4 min refit)
+#   bash bench/smart.sh [OUT]          # full run (quiet 2-core CPU, estimated: ~1 min profile, 5-10 min
+#                                      # bench (48 runs of 1024 tokens), 1-2 min refit)
 #   QUICK=1 bash bench/smart.sh /tmp/x # tiny settings: checks the pipeline end to end in ~2 minutes
 #
 # Everything lands in OUT (default bench/results/<date>-smart): profile.json and cost_fit.png, then one
