@@ -49,17 +49,17 @@ class TreeAttentionMetadata:
 
     @classmethod
     def build(cls, start: Tensor, length: Tensor, tree_mask: Tensor, backend: str, *, host_start: np.ndarray,
-              host_length: np.ndarray, region: int, chain: bool = False) -> "TreeAttentionMetadata":
+              host_length: np.ndarray, region: int, causal_rows: int = 0) -> "TreeAttentionMetadata":
         """Metadata of one forward whose tree region (after it) holds `region` slots per row.
 
-        host_start, host_length: the host copies of start and length (no device sync). chain: the
-        forward's nodes form one unpadded chain per row (a prompt block), which may need no mask.
+        host_start, host_length: the host copies of start and length (no device sync). causal_rows: the
+        forward's first nodes form one chain in every row (a prompt block), which may need no mask.
         """
         plan = None
         if resolve_backend(backend, tree_mask.device, fast_torch="sdpa") == "sdpa":
             kv_len = int(host_length.max()) + region
             plan = ops.sdpa_plan(start, length, tree_mask, kv_len, host_start=host_start, host_length=host_length,
-                                 chain=chain)
+                                 causal_rows=causal_rows)
         return cls(start, length, tree_mask, backend, plan)
 
 
@@ -123,20 +123,21 @@ def tree_forward(
     *,
     backend: str = "auto",
     logits_to_keep: int = 0,
-    chain: bool = False,
+    causal_rows: int = 0,
 ) -> Tensor:
     """One forward of `model` over T new nodes per row, their K/V written to the cache's tree region.
 
     tokens, positions: [B, T] int64; tree_mask: [B, T, W] int32 over the tree region (the new nodes'
     own slots start at ``cache.tree_len``). Checks capacity before anything is written. Returns logits
-    [B, T, V] (or the last `logits_to_keep` nodes'). chain: see `TreeAttentionMetadata.build`.
+    [B, T, V] (or the last `logits_to_keep` nodes'). causal_rows: see `TreeAttentionMetadata.build`.
     """
     B, T = tokens.shape
     if B != cache.batch_size:
         raise ValueError(f"tokens: batch of {B} rows, the cache holds {cache.batch_size}")
     cache.reserve(T)
     meta = TreeAttentionMetadata.build(cache.start, cache.length, tree_mask, backend, host_start=cache.host_start,
-                                       host_length=cache.host_length, region=cache.tree_len + T, chain=chain)
+                                       host_length=cache.host_length, region=cache.tree_len + T,
+                                       causal_rows=causal_rows)
     logits = model_forward(model, cache, tokens, positions, meta, logits_to_keep)
     cache.advance(T)
     return logits
@@ -161,5 +162,5 @@ def prefill(model: PreTrainedModel, cache: TreeCache, input_ids: Tensor, start: 
         return
     positions = (torch.arange(P, device=input_ids.device)[None, :] - cache.start[:, None]).clamp(min=0)
     tree_forward(model, cache, input_ids, positions, prefill_mask(cache.start, P), backend=backend, logits_to_keep=1,
-                 chain=not cache.host_start.any())
+                 causal_rows=P)
     cache.commit_prefix(torch.full((B,), P, dtype=torch.int64, device=cache.device), [P] * B)

@@ -186,6 +186,16 @@ class TreeCache(Cache):
                 buf.scatter_(2, dst_i, buf.gather(2, src_i))
         self.commit_prefix(count, host_count)
 
+    def absorb_prefix(self, count: int) -> None:
+        """The first `count` nodes of every row's tree region join the committed prefix where they are
+        (a prompt block forwarded together with the first tree); the nodes after them stay the region."""
+        if not 0 <= count <= self.tree_len:
+            raise ValueError(f"count: {count} outside the tree region's 0..{self.tree_len} nodes")
+        self.length += count
+        self.host_length += count
+        self.tree_len -= count
+        self._write = None
+
     def commit_prefix(self, count: Tensor, host_count: np.ndarray) -> None:
         """Keep the first `count[b]` nodes of each row's tree region where they are (a chain)."""
         self.length += count

@@ -15,7 +15,7 @@ from transformers import PreTrainedModel
 from .state import DecodeState
 from .suppliers.base import Supplier
 from .tree import TreeBatch
-from .verify import Acceptance, TreeVerifier
+from .verify import Acceptance, PromptBlock, TreeVerifier
 
 __all__ = ["SpeculativeGenerator", "GenerateOutput", "Stats", "TreeFilter", "FilterStats"]
 
@@ -81,7 +81,9 @@ class TreeFilter(ABC):
 @dataclass
 class Stats:
     """What one `generate` call did. Stage times are host wall-clock (on a GPU, queued work is counted by
-    the stage that waits for it, in practice `verify`, which holds the step's one sync)."""
+    the stage that waits for it, in practice `verify`, which holds the step's one sync). "prefill" is
+    the setup and the suppliers' and filter's own prefills; the target reads the prompt in the first
+    verification (one forward with the first tree), so that time is in "verify"."""
 
     steps: int = 0
     new_tokens: int = 0
@@ -176,7 +178,7 @@ class SpeculativeGenerator:
                                   eos_token_ids=eos, pad_token_id=pad)
         stats = Stats()
         cache = self.verifier.new_cache(input_ids.shape[0], capacity)
-        self.verifier.prefill(cache, input_ids[:, :-1], start)
+        prompt = PromptBlock(input_ids[:, :-1], start)  # forwarded with the first tree: no separate prefill
         self.supplier.start(state)
         if self.filter is not None:
             self.filter.start(state)
@@ -191,9 +193,11 @@ class SpeculativeGenerator:
             if state.finished.any():  # finished rows: root only
                 tree = tree.with_num_nodes(torch.where(state.active(), tree.num_nodes, 1))
             t2 = time.perf_counter()
-            acc = self.verifier.verify(tree, cache, validate=self.validate_trees)
+            acc = self.verifier.verify(tree, cache, validate=self.validate_trees, prompt=prompt)
             t3 = time.perf_counter()
-            self.supplier.record_verify(tree.size, t3 - t2)
+            if prompt is None:  # the first verification also forwarded the prompt: not a step's cost
+                self.supplier.record_verify(tree.size, t3 - t2)
+            prompt = None
             self.supplier.commit(acc)
             if self.filter is not None:
                 self.filter.commit(acc)

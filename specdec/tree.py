@@ -26,7 +26,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["TreeBatch", "pack_bits", "unpack_bits", "prefill_mask"]
+__all__ = ["TreeBatch", "pack_bits", "unpack_bits", "prefill_mask", "prompt_tree_mask"]
 
 
 def pack_bits(bits: Tensor) -> Tensor:
@@ -69,6 +69,23 @@ def prefill_mask(start: Tensor, num_tokens: int) -> Tensor:
     own = (col - base >= 0) & (col - base < 32)
     self_bit = torch.where(own, 1 << (col - base).clamp(0, 31), 0)
     return _as_int32(span | self_bit)
+
+
+def prompt_tree_mask(start: Tensor, num_prompt: int, tree_mask: Tensor) -> Tensor:
+    """Ancestor bitmask [B, P + T, W] of a left-padded prompt block (P columns) followed by a tree (T
+    nodes, its own mask [B, T, >= ceil(T/32)]) forwarded as one region, W = ceil((P + T) / 32).
+
+    Prompt columns are as in `prefill_mask`; tree node i sees the row's real prompt columns
+    ``[start[b], P)`` and the region slots ``P + m`` of itself and its ancestors. Example, P = 2 with
+    start 1 and a root with one child: rows [0b0001, 0b0010, 0b0110, 0b1110].
+    """
+    B, T = tree_mask.shape[:2]
+    N = num_prompt + T
+    prompt_rows = prefill_mask(start, N)[:, :num_prompt]  # [B, P, W]
+    cols = torch.arange(num_prompt, device=start.device)
+    seen = (cols[None, :] >= start.to(torch.int64)[:, None])  # [B, P]: the real prompt columns
+    tree_bits = torch.cat([seen[:, None, :].expand(B, T, num_prompt), unpack_bits(tree_mask, T)], 2)  # [B, T, N]
+    return torch.cat([prompt_rows, pack_bits(tree_bits)], 1)
 
 
 @functools.lru_cache(maxsize=64)

@@ -8,6 +8,7 @@ the `Acceptance`; the cache then holds the accepted path and the bonus token is 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -16,9 +17,16 @@ from transformers import DynamicCache, PreTrainedModel
 
 from .attention import TreeAttentionMetadata, install, model_forward, prefill, tree_forward
 from .cache import TreeCache
-from .tree import TreeBatch, pack_bits, unpack_bits
+from .tree import TreeBatch, pack_bits, prompt_tree_mask, unpack_bits
 
-__all__ = ["Acceptance", "TreeVerifier", "greedy_accept", "vocab_size"]
+__all__ = ["Acceptance", "PromptBlock", "TreeVerifier", "greedy_accept", "vocab_size"]
+
+
+class PromptBlock(NamedTuple):
+    """A left-padded prompt block that the first verification of a sequence forwards with its tree."""
+
+    input_ids: Tensor  # [B, P] int64: everything before the first root; pads before start[b]
+    start: Tensor  # [B] int64: pad columns per row
 
 
 @dataclass(frozen=True)
@@ -113,7 +121,8 @@ class TreeVerifier:
         """Commit a left-padded prompt block (everything before the first root) to an empty cache."""
         prefill(self.model, cache, input_ids, start, backend=self.backend)
 
-    def verify(self, tree: TreeBatch, cache: TreeCache | DynamicCache, *, validate: bool = True) -> Acceptance:
+    def verify(self, tree: TreeBatch, cache: TreeCache | DynamicCache, *, validate: bool = True,
+               prompt: PromptBlock | None = None) -> Acceptance:
         """Forward the tree, accept greedily, keep the accepted path in `cache`.
 
         `cache` is a `TreeCache` (any batch size, ragged rows), or, for pipelines that keep their own,
@@ -121,8 +130,12 @@ class TreeVerifier:
         With ``validate=True`` (the default for pipelines building their own trees) the tree's data is
         checked first (topological order, siblings, token range). All errors are raised before the cache
         changes. Performs the step's one host sync (bringing the accepted tokens back).
+        prompt: for the first tree of an empty `TreeCache`, the prompt block before its root, forwarded
+        and committed in the same target forward (one forward fewer than `prefill` then `verify`).
         """
         tree.check_shapes()
+        if prompt is not None:
+            self._check_prompt(prompt, tree, cache)
         if not isinstance(cache, (TreeCache, DynamicCache)):
             raise TypeError(f"cache: expected a TreeCache or a DynamicCache, got {type(cache).__name__}")
         batch = cache.batch_size if isinstance(cache, TreeCache) else 1
@@ -139,11 +152,45 @@ class TreeVerifier:
             return self._verify_dynamic(tree, cache)
         if cache.tree_len:
             raise ValueError("cache: it holds an uncommitted tree region; commit or roll it back first")
-        positions = tree.positions(cache.positions())
-        logits = tree_forward(self.model, cache, tree.tokens, positions, tree.ancestor_mask, backend=self.backend)
+        if prompt is not None and prompt.input_ids.shape[1]:
+            logits = self._forward_with_prompt(tree, cache, prompt)
+        else:
+            if prompt is not None:  # a one-token prompt: nothing before the root but its row offsets
+                self.prefill(cache, prompt.input_ids, prompt.start)
+            positions = tree.positions(cache.positions())
+            logits = tree_forward(self.model, cache, tree.tokens, positions, tree.ancestor_mask, backend=self.backend)
         acc = self._accept(tree, logits)
         cache.commit(acc.node_index, acc.num_accepted + 1, acc.host_num_accepted + 1, acc.host_node_index)
         return acc
+
+    def _check_prompt(self, prompt: PromptBlock, tree: TreeBatch, cache: TreeCache | DynamicCache) -> None:
+        if not isinstance(cache, TreeCache):
+            raise ValueError("prompt: a prompt block rides only on a TreeCache (prefill a DynamicCache yourself)")
+        ids, start = prompt
+        B = tree.batch_size
+        if ids.ndim != 2 or ids.shape[0] != B or ids.dtype != torch.int64 or ids.device != cache.device:
+            raise ValueError(f"prompt: input_ids expected [{B}, P] int64 on {cache.device}, got {tuple(ids.shape)} "
+                             f"{ids.dtype} on {ids.device}")
+        if start.shape != (B,) or start.dtype != torch.int64 or start.device != cache.device:
+            raise ValueError(f"prompt: start expected [{B}] int64 on {cache.device}, got {tuple(start.shape)} {start.dtype}")
+        if cache.tree_len or cache.host_length.any():
+            raise ValueError("cache: a prompt block needs an empty cache")
+
+    def _forward_with_prompt(self, tree: TreeBatch, cache: TreeCache, prompt: PromptBlock) -> Tensor:
+        """One target forward over the prompt block and the tree as one region; the block is committed
+        where it lies and the tree stays the region. Returns the tree's logits [B, T, V]."""
+        ids, start = prompt
+        P, T = ids.shape[1], tree.size
+        cache.start.copy_(start)
+        cache.host_start = start.cpu().numpy().astype(np.int64)  # host sync, once per sequence: the pads' extent
+        columns = torch.arange(P, device=ids.device)[None, :] - start[:, None]
+        positions = torch.cat([columns.clamp(min=0), tree.positions(P - start)], 1)
+        mask = prompt_tree_mask(start, P, tree.ancestor_mask)
+        # A root-only tree continues the prompt's chain: the whole block is causal on unpadded rows.
+        logits = tree_forward(self.model, cache, torch.cat([ids, tree.tokens], 1), positions, mask,
+                              backend=self.backend, logits_to_keep=T, causal_rows=P + 1 if T == 1 else P)
+        cache.absorb_prefix(P)
+        return logits
 
     def _accept(self, tree: TreeBatch, logits: Tensor) -> Acceptance:
         tokens, num_accepted, node_index = greedy_accept(tree, logits)

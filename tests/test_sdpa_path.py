@@ -103,15 +103,15 @@ def test_no_mask_for_root_only_steps_and_unpadded_prompts():
     length = torch.full((B,), 11)
     root = torch.ones(B, 1, 1, dtype=torch.int32)
     plan = ops.sdpa_plan(zeros, length, root, 12, host_start=host0, host_length=length.numpy())
-    assert plan.mask is None and not plan.causal
+    assert plan.mask is None and plan.causal_rows == 0
     q = torch.randn(B, Hq, 1, D, generator=gen)
     torch.testing.assert_close(ops.tree_attention(q, k, v, zeros, length, root, backend="sdpa", plan=plan),
                                ops.tree_attention(q, k, v, zeros, length, root, backend="torch"), atol=2e-6, rtol=2e-6)
     # an unpadded prompt block into empty rows: causal, no mask
     P = 9
     chain = specdec.tree.prefill_mask(zeros, P)
-    plan = ops.sdpa_plan(zeros, zeros, chain, P, host_start=host0, host_length=host0, chain=True)
-    assert plan.mask is None and plan.causal
+    plan = ops.sdpa_plan(zeros, zeros, chain, P, host_start=host0, host_length=host0, causal_rows=P)
+    assert plan.mask is None and plan.causal_rows == P
     q = torch.randn(B, Hq, P, D, generator=gen)
     torch.testing.assert_close(ops.tree_attention(q, k, v, zeros, zeros, chain, backend="sdpa", plan=plan),
                                ops.tree_attention(q, k, v, zeros, zeros, chain, backend="torch"), atol=2e-6, rtol=2e-6)
@@ -127,7 +127,9 @@ def test_no_mask_for_root_only_steps_and_unpadded_prompts():
 @pytest.mark.parametrize("plan, match", [
     (ops.SdpaPlan(13, None), "plan: kv_len 13 outside"),
     (ops.SdpaPlan(8, torch.ones(2, 1, 5, 7, dtype=torch.bool)), r"plan: mask expected \[2, 1, 5, 8\] bool"),
-    (ops.SdpaPlan(8, None, causal=True), "plan: a causal plan needs kv_len == T"),
+    (ops.SdpaPlan(8, None, causal_rows=5), "plan: an all-causal plan needs kv_len == T"),
+    (ops.SdpaPlan(8, None, causal_rows=6), "plan: causal_rows 6 outside 0..5"),
+    (ops.SdpaPlan(5, torch.ones(2, 1, 5, 5, dtype=torch.bool), causal_rows=2), r"plan: mask expected \[2, 1, 3, 5\]"),
 ])
 def test_bad_plans(plan, match):
     with pytest.raises(ValueError, match=match):
@@ -208,3 +210,73 @@ def test_identity_with_backend_forced(arch, backend):
         gen = specdec.SpeculativeGenerator(target, supplier, backend=backend)
         out = gen.generate(ids, attention_mask=mask, max_new_tokens=16, pad_token_id=0)  # the model's EOS applies to both
         assert torch.equal(out.sequences, ref), f"{arch}/{backend}/{type(supplier).__name__}"
+
+
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("T", [1, 5])
+def test_prompt_rides_the_first_verification(padded, T):
+    """verify(prompt=...) equals prefill then verify: the same acceptance, the same committed K/V."""
+    target = make_model("llama")
+    ids, mask = ragged_prompts([9, 6] if padded else [9, 9])
+    start = (mask == 0).sum(1)
+    shape = make_tree("random", 2, T, seed=T)  # rooted at each prompt's last token; distinct tokens
+    tokens = torch.cat([ids[:, -1:], torch.arange(10, 9 + T).expand(2, T - 1)], 1)
+    tree = TreeBatch.from_parents(tokens, shape.parents, shape.num_nodes)
+    results = []
+    for fused in (True, False):
+        verifier = specdec.TreeVerifier(target)
+        cache = verifier.new_cache(2, 40)
+        prompt = specdec.verify.PromptBlock(ids[:, :-1], start)
+        if fused:
+            acc = verifier.verify(tree, cache, prompt=prompt)
+        else:
+            verifier.prefill(cache, *prompt)
+            acc = verifier.verify(tree, cache)
+        results.append((acc, cache))
+    (a, ca), (b, cb) = results
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.node_index, b.node_index)
+    assert ca.host_length.tolist() == cb.host_length.tolist() and torch.equal(ca.length, cb.length)
+    for la, lb in zip(ca.layers, cb.layers):
+        for b_, n in enumerate(ca.host_length):
+            s = int(start[b_])
+            torch.testing.assert_close(la.keys[b_, :, s:n], lb.keys[b_, :, s:n], atol=1e-5, rtol=1e-5)
+
+
+def test_prompt_block_and_tree_plan_is_causal_then_masked():
+    """An unpadded prompt block with a tree: the block runs causally with no mask, the tree rows masked."""
+    B, Hq, Hkv, D, P, T = 2, 4, 2, 8, 6, 4
+    gen = torch.Generator().manual_seed(0)
+    zeros, host0 = torch.zeros(B, dtype=torch.int64), np.zeros(B, dtype=np.int64)
+    tree = make_tree("random", B, T, seed=2)
+    mask = specdec.tree.prompt_tree_mask(zeros, P, tree.ancestor_mask)
+    plan = ops.sdpa_plan(zeros, zeros, mask, P + T, host_start=host0, host_length=host0, causal_rows=P)
+    assert plan.causal_rows == P and plan.mask.shape == (B, 1, T, P + T)
+    q = torch.randn(B, Hq, P + T, D, generator=gen)
+    k, v = torch.randn(B, Hkv, P + T + 3, D, generator=gen), torch.randn(B, Hkv, P + T + 3, D, generator=gen)
+    torch.testing.assert_close(ops.tree_attention(q, k, v, zeros, zeros, mask, backend="sdpa", plan=plan),
+                               ops.tree_attention(q, k, v, zeros, zeros, mask, backend="torch"), atol=2e-6, rtol=2e-6)
+    # a padded row, or a block that does not start at slot 0, gets the dense mask
+    assert ops.sdpa_plan(zeros, zeros, mask, P + T, host_start=np.array([0, 1]), host_length=host0,
+                         causal_rows=P).causal_rows == 0
+    assert ops.sdpa_plan(zeros, zeros, mask, P + T + 1, host_start=host0, host_length=host0,
+                         causal_rows=P).causal_rows == 0
+
+
+def test_prompt_tree_mask_worked_example():
+    root_child = TreeBatch.from_parents([[5, 6]], [[-1, 0]]).ancestor_mask
+    mask = specdec.tree.prompt_tree_mask(torch.tensor([1]), 2, root_child)
+    assert mask[0, :, 0].tolist() == [0b0001, 0b0010, 0b0110, 0b1110]
+
+
+def test_prompt_block_errors():
+    target = make_model("llama")
+    verifier = specdec.TreeVerifier(target)
+    cache = verifier.new_cache(1, 20)
+    tree = TreeBatch.from_parents([[5]], [[-1]])
+    with pytest.raises(ValueError, match=r"prompt: input_ids expected \[1, P\] int64"):
+        verifier.verify(tree, cache, prompt=specdec.verify.PromptBlock(torch.zeros(2, 3, dtype=torch.int64),
+                                                                      torch.zeros(1, dtype=torch.int64)))
+    verifier.verify(tree, cache)
+    with pytest.raises(ValueError, match="cache: a prompt block needs an empty cache"):
+        verifier.verify(tree, cache, prompt=specdec.verify.PromptBlock(torch.zeros(1, 3, dtype=torch.int64),
+                                                                      torch.zeros(1, dtype=torch.int64)))

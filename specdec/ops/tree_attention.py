@@ -160,45 +160,56 @@ class SdpaPlan:
     """How the sdpa backend runs one forward's attention; built once per forward (`sdpa_plan`) and
     shared by every layer, so no layer rebuilds a mask.
 
-    kv_len: host int, slots ``[0, kv_len)`` hold everything any node may see (the live region: the
-            longest row's committed tokens plus the tree region); the rest of the buffer is never read.
-    mask:   [B, 1, T, kv_len] bool, True = visible; None when no mask is needed (then `causal` says
-            whether node i sees slots ``[0, i]``, a prompt block, or every live slot, a root-only step).
+    kv_len:      host int, slots ``[0, kv_len)`` hold everything any node may see (the live region: the
+                 longest row's committed tokens plus the tree region); the rest of the buffer is never read.
+    causal_rows: host int, the first nodes of every row form an unpadded chain written to empty rows (a
+                 prompt block: node i sees slots ``[0, i]``): computed causally, with no mask.
+    mask:        [B, 1, T - causal_rows, kv_len] bool for the other nodes, True = visible; None when they
+                 see every live slot (a root-only step over equal, unpadded rows) or when there are none.
+    Example: a 5-token unpadded prompt forwarded with a 3-node tree: kv_len 8, causal_rows 5, mask
+    [B, 1, 3, 8] (each node: the prompt and its ancestors).
     """
 
     kv_len: int
     mask: Tensor | None
-    causal: bool = False
+    causal_rows: int = 0
 
     def check(self, B: int, T: int, S: int, device: torch.device) -> None:
         if not 1 <= self.kv_len <= S:
             raise ValueError(f"plan: kv_len {self.kv_len} outside the buffer's 1..{S} slots")
-        if self.mask is not None and (self.mask.shape != (B, 1, T, self.kv_len) or self.mask.dtype != torch.bool
+        if not 0 <= self.causal_rows <= min(T, self.kv_len):
+            raise ValueError(f"plan: causal_rows {self.causal_rows} outside 0..{min(T, self.kv_len)}")
+        rest = T - self.causal_rows
+        if self.mask is not None and (self.mask.shape != (B, 1, rest, self.kv_len) or self.mask.dtype != torch.bool
                                       or self.mask.device != device):
-            raise ValueError(f"plan: mask expected [{B}, 1, {T}, {self.kv_len}] bool on {device}, got "
+            raise ValueError(f"plan: mask expected [{B}, 1, {rest}, {self.kv_len}] bool on {device}, got "
                              f"{tuple(self.mask.shape)} {self.mask.dtype} on {self.mask.device}")
-        if self.mask is None and self.causal and self.kv_len != T:
-            raise ValueError(f"plan: a causal plan needs kv_len == T, got {self.kv_len} and {T}")
+        if self.mask is None and self.causal_rows == T and self.kv_len != T:
+            raise ValueError(f"plan: an all-causal plan needs kv_len == T, got {self.kv_len} and {T}")
 
 
 def sdpa_plan(start: Tensor, length: Tensor, tree_mask: Tensor, kv_len: int, *,
               host_start: np.ndarray | None = None, host_length: np.ndarray | None = None,
-              chain: bool = False) -> SdpaPlan:
+              causal_rows: int = 0) -> SdpaPlan:
     """Plan a forward's attention over the live slots ``[0, kv_len)`` (kv_len: host int, at least
     ``max(length) + `` the tree region's size).
 
-    With the host copies of start and length (no device sync), the two common shapes need no mask at
-    all: a root-only step over rows with no padding and equal lengths (each node sees every live slot),
-    and a prompt block (``chain=True``: the T nodes of every row form one unpadded chain) written to
-    empty rows (causal). Everything else gets the dense [B, 1, T, kv_len] mask, built here once.
+    With the host copies of start and length (no device sync), the common shapes need little or no
+    mask: a root-only step over rows with no padding and equal lengths (no mask: each node sees every
+    live slot), and a prompt block (`causal_rows`: the caller's word that the first nodes of every row
+    form one chain) written to empty, unpadded rows (causal, no mask; only the nodes after it get one).
+    Everything else gets the dense [B, 1, T, kv_len] mask, built here once.
     """
     T = tree_mask.shape[1]
     if host_start is not None and host_length is not None and not host_start.any():
         same = bool((host_length == host_length[0]).all())
         if same and kv_len == int(host_length[0]) + 1 and T == 1:
-            return SdpaPlan(kv_len, None, causal=False)
-        if same and chain and int(host_length[0]) == 0 and kv_len == T:
-            return SdpaPlan(kv_len, None, causal=True)
+            return SdpaPlan(kv_len, None)
+        if same and causal_rows and int(host_length[0]) == 0 and kv_len == T:  # the block starts at slot 0
+            if causal_rows == T:
+                return SdpaPlan(kv_len, None, causal_rows)
+            rest = tree_attention_mask(start, length, tree_mask[:, causal_rows:], kv_len)  # [B, T - causal_rows, S]
+            return SdpaPlan(kv_len, rest[:, None], causal_rows)
     return SdpaPlan(kv_len, tree_attention_mask(start, length, tree_mask, kv_len)[:, None])
 
 
@@ -207,8 +218,16 @@ def tree_attention_sdpa(q: Tensor, k: Tensor, v: Tensor, plan: SdpaPlan, *, scal
     read, in the inputs' dtype (SDPA accumulates low precision in fp32), grouped-query heads without
     copying K/V (``enable_gqa``). Every node must see at least itself (the contract guarantees it)."""
     k, v = k[:, :, : plan.kv_len], v[:, :, : plan.kv_len]
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=plan.mask, is_causal=plan.mask is None and plan.causal,
-                                          scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+    gqa = q.shape[1] != k.shape[1]
+    c = plan.causal_rows
+    if c == 0:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=plan.mask, scale=scale, enable_gqa=gqa)
+    head = F.scaled_dot_product_attention(q[:, :, :c], k[:, :, :c], v[:, :, :c], is_causal=True, scale=scale,
+                                          enable_gqa=gqa)
+    if c == q.shape[2]:
+        return head
+    tail = F.scaled_dot_product_attention(q[:, :, c:], k, v, attn_mask=plan.mask, scale=scale, enable_gqa=gqa)
+    return torch.cat([head, tail], 2)
 
 
 def _tree_attention_triton(
