@@ -1,0 +1,227 @@
+"""ValuSpec's protocol (issue 10, the paper's): calibrate on 70% of a prompt set, evaluate on the rest.
+
+For each prompt set (HumanEval; Spec-Bench, all of it or by category as ``spec_bench:<category>``):
+  1. split its prompts 70% calibration / 30% evaluation (a seeded shuffle);
+  2. decode the calibration prompts greedily with the target (AR, untimed);
+  3. calibrate tau from those outputs (`specdec.calibrate(outputs=...)`), once per branch length: the
+     retrieval continuation (10), the static tree's depth and SMART's max depth (the window rule);
+  4. datastore = the standard library store + the target's responses on the calibration split
+     (a copy of the cached stdlib store, then `Datastore.extend`);
+  5. on the evaluation prompts, at each batch size, one run per method, ratios from this one process:
+     AR; retrieval; retrieval + ValuSpec; retrieval + fixed thresholds; draft tree and SMART with and
+     without ValuSpec; and, across sets, retrieval + ValuSpec with tau calibrated on every other set
+     (cross-dataset transfer). Then, untimed, the ValuSpec runs once more at batch 1 in audit mode
+     (false discards: the audit adds a target forward per step, so it never shares a timed run).
+
+Reported per run: tokens/s, speedup vs AR, mean accepted length (bonus included), verified tree size,
+identity with AR, the filter's stats (branches/nodes kept, empty-tree and AR-fallback rates, false
+discards from the audit) and the filter stage's share of generate time (the scorer's cost).
+Writes OUT/results.csv and OUT/results.json with the environment (device, versions, commit, settings).
+
+    python bench/valuspec_protocol.py                      # the full protocol (see --help for the sizes)
+    python bench/valuspec_protocol.py --smoke --out /tmp/vs # tiny settings: the pipeline end to end
+
+Never run it for figures on a loaded machine: ratios between methods are only meaningful from one quiet run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import random
+import shutil
+import sys
+import time
+from dataclasses import asdict
+from importlib import resources
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from specdec import harness
+from specdec.calibration import DEFAULT_WINDOW, Calibration, calibrate
+from specdec.cli import AUTO_PROFILE
+from specdec.datastore import Datastore, stdlib_datastore
+from specdec.models import DTYPES, load_model, load_tokenizer
+from specdec.profiling import cached_profile
+from specdec.valuspec import FixedThresholdFilter, ValuSpecFilter
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--target", default="demo-target")
+    p.add_argument("--draft", default="demo-draft", help="draft of the tree and SMART runs")
+    p.add_argument("--scorer", default=None, help="ValuSpec's scorer (default: the draft, the same model object)")
+    p.add_argument("--prompt-sets", nargs="+", default=["humaneval", "spec_bench"],
+                   help="humaneval, spec_bench, or spec_bench:<category> (translation, summarization, qa, "
+                   "math_reasoning, rag, or an MT-Bench one: writing, roleplay, reasoning, math, coding, ...)")
+    p.add_argument("--num-prompts", type=int, default=40, help="prompts per set before the split")
+    p.add_argument("--calibration-share", type=float, default=0.7)
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8])
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--delta", type=float, default=0.05)
+    p.add_argument("--thresholds", type=float, nargs="+", default=[0.3, 0.5, 0.8], help="fixed-threshold baseline")
+    p.add_argument("--budget", type=int, default=64, help="retrieval tree size, root included")
+    p.add_argument("--depth", type=int, default=4)
+    p.add_argument("--topk", type=int, default=2)
+    p.add_argument("--total-tokens", type=int, default=10)
+    p.add_argument("--no-draft-methods", action="store_true", help="skip the tree and SMART runs")
+    p.add_argument("--stdlib-files", type=int, default=None, help="first N stdlib files in the store (default all)")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--smoke", action="store_true", help="tiny settings: 5 prompts per set, 12 new tokens, batch 1 "
+                   "and 2, 100 stdlib files, one threshold")
+    p.add_argument("--out", type=Path, default=None, help="default bench/results/<date>-valuspec")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.num_prompts, args.max_new_tokens, args.batch_sizes = 5, 12, [1, 2]
+        args.stdlib_files, args.thresholds, args.budget = 100, [0.5], 16
+    args.out = args.out or Path("bench/results") / f"{time.strftime('%Y-%m-%d')}-valuspec"
+    return args
+
+
+def load_set(name: str, count: int) -> list[str]:
+    """A prompt set; ``spec_bench:<category>`` is one Spec-Bench category (first turns, file order)."""
+    if not name.startswith("spec_bench:"):
+        return harness.load_prompts(name, count)
+    category = name.split(":", 1)[1]
+    text = resources.files("specdec").joinpath("data/spec_bench/question.jsonl").read_text(encoding="utf-8")
+    prompts = [q["turns"][0] for q in map(json.loads, filter(str.strip, text.splitlines())) if q["category"] == category]
+    if not prompts:
+        raise ValueError(f"--prompt-sets: no Spec-Bench category {category!r}")
+    return prompts[:count]
+
+
+def prepare(args, name: str, tokenizer, target, scorer, windows: set[int]) -> dict:
+    """Split, decode the calibration split, calibrate per window, and build the set's datastore."""
+    tokens = harness.fit(harness.encode(tokenizer, load_set(name, args.num_prompts), False), target,
+                         args.max_new_tokens)
+    random.Random(args.seed).shuffle(tokens)
+    cut = max(1, round(len(tokens) * args.calibration_share))
+    cal, ev = tokens[:cut], tokens[cut:]
+    if not ev:
+        raise ValueError(f"--num-prompts: {len(tokens)} prompts of {name} leave none for evaluation")
+    _, outputs = harness.run_method(target, harness.make_supplier("ar", None), cal, batch_size=8,
+                                    max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                                    eos_token_id=tokenizer.eos_token_id, method="ar", prompt_set=name)
+    outputs = [trim(o, tokenizer) for o in outputs]
+    calibrations = {w: calibrate(target, scorer, cal, max_new_tokens=args.max_new_tokens, window=w, delta=args.delta,
+                                 outputs=outputs) for w in sorted(windows)}
+    base = stdlib_datastore(tokenizer, max_files=args.stdlib_files)
+    path = args.out / "datastores" / name.replace(":", "-")
+    shutil.rmtree(path, ignore_errors=True)
+    shutil.copytree(base.path, path)
+    store = Datastore.open(path, tokenizer=tokenizer).extend(tokenizer, texts=[tokenizer.decode(o) for o in outputs])
+    return {"eval": ev, "calibrations": calibrations, "store": store, "num_calibration": len(cal)}
+
+
+def trim(tokens: list[int], tokenizer) -> list[int]:
+    """A continuation up to and including its EOS (the rest is padding)."""
+    eos = tokenizer.eos_token_id
+    return tokens[: tokens.index(eos) + 1] if eos in tokens else tokens
+
+
+def runs_for(args, name: str, sets: dict, draft, scorer, cost) -> list[tuple[str, str, object, object]]:
+    """(label, calibrated_on, supplier factory, filter factory) of one prompt set's runs."""
+    own = sets[name]
+    cal = lambda s, w: s["calibrations"][min(w, args.max_new_tokens)]  # noqa: E731  (windows fit the outputs)
+    retr = lambda: harness.make_supplier("retrieval", None, datastore=own["store"], budget=args.budget)  # noqa: E731
+    vs = lambda c: (lambda audit=False: ValuSpecFilter(scorer, c, audit=audit))  # noqa: E731
+    runs = [("ar", "", lambda: harness.make_supplier("ar", None), None),
+            ("retrieval", "", retr, None),
+            ("retrieval+valuspec", name, retr, vs(cal(own, DEFAULT_WINDOW)))]
+    runs += [(f"retrieval+fixed-{p:g}", "", retr, (lambda p=p: lambda audit=False: FixedThresholdFilter(
+        scorer, p, audit=audit))()) for p in args.thresholds]
+    runs += [(f"retrieval+valuspec[{other}]", other, retr, vs(cal(sets[other], DEFAULT_WINDOW)))
+             for other in sets if other != name]
+    if draft is not None:
+        tree = lambda: harness.make_supplier("tree", draft, depth=args.depth, topk=args.topk,  # noqa: E731
+                                             total_tokens=args.total_tokens)
+        smart = lambda: harness.make_supplier("smart", draft, cost=cost)  # noqa: E731
+        runs += [("tree", "", tree, None), ("tree+valuspec", name, tree, vs(cal(own, args.depth))),
+                 ("smart", "", smart, None),
+                 ("smart+valuspec", name, smart, vs(cal(own, AUTO_SMART_DEPTH)))]
+    return runs
+
+
+AUTO_SMART_DEPTH = 12  # SmartSupplier's default max_depth: its branches' length bound
+
+
+def measure(args, name: str, sets: dict, target, tokenizer, draft, scorer, cost) -> list[dict]:
+    """Every run of one set at every batch size (timed), then the filtered runs' audits at batch 1."""
+    rows = []
+    runs = runs_for(args, name, sets, draft, scorer, cost)
+    prompts = sets[name]["eval"]
+    common = dict(pad_token_id=tokenizer.pad_token_id, prompt_set=name)
+    for bs in args.batch_sizes:
+        results, outputs = [], {}
+        for label, cal_on, supplier, filt in tqdm(runs, desc=f"{name}, batch {bs}", file=sys.stderr):
+            harness.run_method(target, supplier(), prompts[:bs], batch_size=bs, max_new_tokens=4, eos_token_id=None,
+                               method=label, filter=filt() if filt else None, **common)  # warm-up
+            result, out = harness.run_method(target, supplier(), prompts, batch_size=bs, method=label,
+                                             max_new_tokens=args.max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+                                             filter=filt() if filt else None, **common)
+            results.append(result)
+            outputs[(label, name, bs)] = out
+            rows.append({"calibrated_on": cal_on, "audit": False, "result": result})
+        harness.compare_to_ar(results, outputs)
+    for label, cal_on, supplier, filt in runs:
+        if filt is not None:  # untimed: the audit verifies the unfiltered tree too
+            result, _ = harness.run_method(target, supplier(), prompts, batch_size=1, method=label,
+                                           max_new_tokens=args.max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+                                           filter=filt(audit=True), **common)
+            rows.append({"calibrated_on": cal_on, "audit": True, "result": result})
+    return rows
+
+
+def flatten(row: dict) -> dict:
+    r = row["result"]
+    out = {**{k: v for k, v in r.row().items() if k != "filter"}, "calibrated_on": row["calibrated_on"],
+           "audit_run": row["audit"]}
+    for key, value in (r.filter or {}).items():
+        out[f"filter_{key}"] = value
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    tokenizer = load_tokenizer(args.target)
+    target = load_model(args.target, dtype=args.dtype, device=args.device)
+    draft = None if args.no_draft_methods else load_model(args.draft, dtype=args.dtype, device=str(target.device))
+    scorer = load_model(args.scorer, dtype=args.dtype, device=str(target.device)) if args.scorer else (
+        draft if draft is not None else load_model(args.draft, dtype=args.dtype, device=str(target.device)))
+    windows = {DEFAULT_WINDOW} | (set() if draft is None else {args.depth, AUTO_SMART_DEPTH})
+    windows = {min(w, args.max_new_tokens) for w in windows}
+    cost = None if draft is None else cached_profile(target, draft, batch_sizes=tuple(args.batch_sizes), **AUTO_PROFILE)
+    with torch.inference_mode():
+        sets = {name: prepare(args, name, tokenizer, target, scorer, windows) for name in args.prompt_sets}
+        rows = [row for name in args.prompt_sets
+                for row in measure(args, name, sets, target, tokenizer, draft, scorer, cost)]
+    env = {**harness.environment(), "target": args.target, "draft": None if draft is None else args.draft,
+           "scorer": args.scorer or args.draft, "settings": {k: str(v) if isinstance(v, Path) else v
+                                                            for k, v in vars(args).items()},
+           "calibrations": {name: {w: asdict(c) for w, c in s["calibrations"].items()} for name, s in sets.items()},
+           "datastores": {name: s["store"].info() for name, s in sets.items()},
+           "split": {name: {"calibration": s["num_calibration"], "evaluation": len(s["eval"])} for name, s in sets.items()}}
+    flat = [flatten(r) for r in rows]
+    (args.out / "results.json").write_text(json.dumps({"environment": env, "results": flat}, indent=1, default=str))
+    with open(args.out / "results.csv", "w", newline="") as f:
+        fields = list(dict.fromkeys(k for r in flat for k in r))
+        writer = csv.DictWriter(f, fieldnames=fields + ["device", "commit", "dtype"])
+        writer.writeheader()
+        writer.writerows({**r, "device": env["device"], "commit": env["commit"], "dtype": args.dtype} for r in flat)
+    for r in flat:
+        if not r["audit_run"]:
+            print(f"{r['prompt_set']:<22}{r['method']:<34}b={r['batch_size']:<3}{r['speedup_vs_ar'] or 0:>6.2f}x "
+                  f"acc {r['mean_accepted_length']:.2f} tree {r['mean_tree_size']:.1f} "
+                  f"kept {r.get('filter_branch_keep_rate', 1.0):.0%} identical {r['identical_to_ar']}")
+    print(f"wrote {args.out / 'results.csv'} and results.json")
+    return 0 if all(r["identical_to_ar"] for r in flat if not r["audit_run"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
