@@ -8,7 +8,8 @@ For each prompt set (HumanEval; Spec-Bench, all of it or by category as ``spec_b
   4. datastore = the standard library store + the target's responses on the calibration split
      (a copy of the cached stdlib store, then `Datastore.extend`);
   5. on the evaluation prompts, at each batch size, one run per method, ratios from this one process:
-     AR; retrieval; retrieval + ValuSpec; retrieval + fixed thresholds; draft tree and SMART with and
+     AR; retrieval; retrieval + ValuSpec (the paper's whole-branch rule, and our prefix unit);
+     retrieval + fixed thresholds; draft tree and SMART with and
      without ValuSpec; and, across sets, retrieval + ValuSpec with tau calibrated on every other set
      (cross-dataset transfer). Then, untimed, the ValuSpec runs once more at batch 1 in audit mode
      (false discards: the audit adds a target forward per step, so it never shares a timed run).
@@ -129,10 +130,11 @@ def runs_for(args, name: str, sets: dict, draft, scorer, cost) -> list[tuple[str
     own = sets[name]
     cal = lambda s, w: s["calibrations"][min(w, args.max_new_tokens)]  # noqa: E731  (windows fit the outputs)
     retr = lambda: harness.make_supplier("retrieval", None, datastore=own["store"], budget=args.budget)  # noqa: E731
-    vs = lambda c: (lambda audit=False: ValuSpecFilter(scorer, c, audit=audit))  # noqa: E731
+    vs = lambda c, unit="branch": (lambda audit=False: ValuSpecFilter(scorer, c, audit=audit, unit=unit))  # noqa: E731
     runs = [("ar", "", lambda: harness.make_supplier("ar", None), None),
             ("retrieval", "", retr, None),
-            ("retrieval+valuspec", name, retr, vs(cal(own, DEFAULT_WINDOW)))]
+            ("retrieval+valuspec", name, retr, vs(cal(own, DEFAULT_WINDOW))),
+            ("retrieval+valuspec-prefix", name, retr, vs(cal(own, DEFAULT_WINDOW), "prefix"))]
     runs += [(f"retrieval+fixed-{p:g}", "", retr, (lambda p=p: lambda audit=False: FixedThresholdFilter(
         scorer, p, audit=audit))()) for p in args.thresholds]
     runs += [(f"retrieval+valuspec[{other}]", other, retr, vs(cal(sets[other], DEFAULT_WINDOW)))

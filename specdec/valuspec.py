@@ -50,14 +50,16 @@ _COUNTERS = ("rows", "supplier_empty", "filter_emptied", "branches", "branches_k
              "audited", "false_discards", "tokens_lost")
 
 
-def keep_branches(tree: TreeBatch, scores: Tensor, tau: float) -> Tensor:
+def keep_branches(tree: TreeBatch, scores: Tensor, tau: float, unit: str = "branch") -> Tensor:
     """[B, T] bool: the nodes on some branch whose leaf scores >= tau, and every root.
 
     scores: [B, T] float32, `path_mean` of the node log-probs (a branch's score is the value at its leaf).
-    The union of whole root-to-leaf paths is closed under ancestors by construction.
+    unit "prefix": any node whose own root-to-node path scores >= tau qualifies, not only leaves, so the
+    good first tokens of a branch with a bad tail survive. Either way the kept set is the union of the
+    qualifying nodes' root paths, closed under ancestors by construction.
     """
     B, T = tree.tokens.shape
-    good = tree.leaves & (scores >= tau)  # [B, T]
+    good = (tree.leaves if unit == "branch" else tree.valid) & (scores >= tau)  # [B, T]
     good[:, 0] = False  # a root-only tree's root is a "leaf" but no branch
     on = unpack_bits(tree.ancestor_mask, T) & good[:, :, None]  # [B, leaf, node]
     keep = on.any(1)
@@ -188,20 +190,26 @@ class ValuSpecFilter(TreeFilter):
     """Keep the branches whose score reaches the calibrated tau; the root alone when none does.
 
     scorer: a causal LM or a `BranchScorer`. calibration: a `Calibration` (its `tau` is used).
+    unit: "branch" (the paper's rule: a branch is kept whole or not at all) or "prefix" (see
+    `keep_branches`; an option of ours, calibrated the same way).
     audit: also run the target over the unfiltered tree (a second target cache, so twice the target's
     KV memory and one more target forward per step) to count false discards: row-steps where the target
     would have accepted more tokens of the unfiltered tree than of the kept one. Diagnostic only.
     """
 
-    def __init__(self, scorer: PreTrainedModel | BranchScorer, calibration: Calibration, *, audit: bool = False):
+    def __init__(self, scorer: PreTrainedModel | BranchScorer, calibration: Calibration, *, audit: bool = False,
+                 unit: str = "branch"):
         if not isinstance(calibration, Calibration):
             raise ValueError(f"calibration: expected a specdec Calibration, got {type(calibration).__name__}")
-        self._init(scorer, calibration.tau, audit)
+        self._init(scorer, calibration.tau, audit, unit)
         self.calibration = calibration
 
-    def _init(self, scorer: PreTrainedModel | BranchScorer, tau: float, audit: bool) -> None:
+    def _init(self, scorer: PreTrainedModel | BranchScorer, tau: float, audit: bool, unit: str) -> None:
         if not isinstance(audit, bool):
             raise ValueError(f"audit: expected a bool, got {audit!r}")
+        if unit not in ("branch", "prefix"):
+            raise ValueError(f"unit: expected 'branch' or 'prefix', got {unit!r}")
+        self.unit = unit
         self.scorer = scorer if isinstance(scorer, BranchScorer) else BranchScorer(scorer)
         self.tau = float(tau)
         self.audit = audit
@@ -228,7 +236,7 @@ class ValuSpecFilter(TreeFilter):
             self._auditor.commit(acc)
 
     def filter(self, tree: TreeBatch, state: DecodeState) -> TreeBatch:
-        keep = keep_branches(tree, self.scorer.scores(tree), self.tau)
+        keep = keep_branches(tree, self.scorer.scores(tree), self.tau, self.unit)
         active = state.active()
         self._count(tree, keep, active)
         if self._auditor is not None:
@@ -269,9 +277,10 @@ class FixedThresholdFilter(ValuSpecFilter):
     """The paper's baseline: keep branches whose mean per-token probability (geometric mean) reaches a
     fixed cut-off, ``tau = log(probability)``, with no calibration. The paper sweeps 0.3 to 0.8."""
 
-    def __init__(self, scorer: PreTrainedModel | BranchScorer, probability: float, *, audit: bool = False):
+    def __init__(self, scorer: PreTrainedModel | BranchScorer, probability: float, *, audit: bool = False,
+                 unit: str = "branch"):
         if isinstance(probability, bool) or not isinstance(probability, (int, float)) or not 0 < probability <= 1:
             raise ValueError(f"probability: expected a number in (0, 1], got {probability!r}")
-        self._init(scorer, math.log(probability), audit)
+        self._init(scorer, math.log(probability), audit, unit)
         self.probability = float(probability)
         self.calibration = None

@@ -69,6 +69,19 @@ def test_keep_rule_on_hand_worked_trees(tau, keep):
     assert keep_branches(tree, scores, tau).tolist() == [[bool(x) for x in row] for row in keep]
 
 
+@pytest.mark.parametrize("tau, keep", [
+    (-0.5, [[1, 1, 0, 0, 0], [1, 0, 0, 0, 1]]),  # row 0: a (-0.5) qualifies although its branch (-1) does not
+    (-1.5, [[1, 1, 0, 1, 0], [1, 1, 1, 1, 1]]),  # row 1: n2 (-1.25) and n3 keep n1 (-2) as their ancestor
+    (-0.1, [[1, 0, 0, 0, 0], [1, 0, 0, 0, 0]]),
+])
+def test_prefix_unit_keeps_good_prefixes_of_bad_branches(tau, keep):
+    tree = TreeBatch.from_parents(TOKENS, PARENTS, [4, 5])
+    scores = specdec.ops.path_mean(LOGP, tree.parents, tree.num_nodes, backend="torch")
+    assert keep_branches(tree, scores, tau, "prefix").tolist() == [[bool(x) for x in row] for row in keep]
+    with pytest.raises(ValueError, match="unit: expected 'branch' or 'prefix'"):
+        ValuSpecFilter(FixedLogprobs(LOGP), calibration(tau), unit="leaf")
+
+
 def test_filter_compacts_counts_and_falls_back_to_the_root():
     target = make_model("llama")
     tree = TreeBatch.from_parents(TOKENS, PARENTS, [4, 5], logp=LOGP)
@@ -241,6 +254,20 @@ def test_identity_retrieval(tmp_path, models, tau, lengths):
     gen = specdec.SpeculativeGenerator(target, specdec.RetrievalSupplier(store, continuation=6, budget=12),
                                        filter=ValuSpecFilter(noisy, tau))
     check_filtered(gen.generate(ids, attention_mask=mask, max_new_tokens=24, pad_token_id=0, eos_token_id=[]), ref, arch)
+
+
+@pytest.mark.hf
+def test_identity_retrieval_prefix_unit(tmp_path):
+    target = make_model("qwen2")
+    noisy = perturbed(target)
+    ids, mask = ragged_prompts([5, 11, 8])
+    ref = reference(target, ids, mask, 24, eos=None)
+    store = store_of_outputs(tmp_path, ids, mask, ref[:, ids.shape[1]:ids.shape[1] + 16])
+    cal = calibrate(target, noisy, [[5, 6, 7, 8, 9], [20, 30, 40, 50]], max_new_tokens=16, window=4, delta=0.5)
+    gen = specdec.SpeculativeGenerator(target, specdec.RetrievalSupplier(store, continuation=6, budget=12),
+                                       filter=ValuSpecFilter(noisy, cal, unit="prefix"))
+    check_filtered(gen.generate(ids, attention_mask=mask, max_new_tokens=24, pad_token_id=0, eos_token_id=[]), ref,
+                   "qwen2")
 
 
 @pytest.mark.hf
