@@ -13,7 +13,7 @@ import specdec
 from conftest import make_model, perturbed
 from specdec.cost import CostModel, check_compatible
 from specdec.ops import smart_cost
-from specdec.profiling import Profile
+from specdec.profiling import Profile, device_name
 
 SIZES = (1, 2, 3, 4, 6, 8, 11, 16, 23, 32, 45, 64, 91, 128, 181, 256)
 TRUE = {"lam": 2e-5, "gamma": 4e-3, "delta": 0.05, "rho": 0.8}
@@ -29,7 +29,7 @@ def synthetic_profile(noise: float = 0.0, seed: int = 0, batch_sizes=(1,), scale
         verify.append(tuple(s * TRUE["gamma"] * np.expm1(TRUE["delta"] * n ** TRUE["rho"])
                             * (1 + noise * rng.standard_normal(len(n)))))
         draft.append(tuple(TRUE["lam"] * n * (1 + noise * rng.standard_normal(len(n)))))
-    return Profile(device=names.get("device", "test device"), dtype="float32", target=names.get("target", "t"),
+    return Profile(device=names.get("device", device_name(torch.device("cpu"))), dtype="float32", target=names.get("target", "t"),
                    draft=names.get("draft", "d"), context_len=512, batch_sizes=tuple(batch_sizes), sizes=tuple(sizes),
                    repeats=5, verify_seconds=tuple(verify), draft_seconds=tuple(draft))
 

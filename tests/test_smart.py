@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import torch
 import specdec
 from conftest import ARCHS, VOCAB, make_model, perturbed, ragged_prompts
 from specdec.cost import CostModel
+from specdec.profiling import device_name
 from specdec.state import DecodeState
 from test_cost import synthetic_profile
 from test_generate import reference
@@ -20,7 +22,7 @@ def fixed_cost(c0: float, lam: float, gamma: float, delta: float, rho: float, ba
     """A cost model with given coefficients (the fit is tested in test_cost.py)."""
     sizes = (1, 2, 4)
     return CostModel(c0, lam, gamma, delta, rho, "intercept", c0 + gamma * math.expm1(delta), batch_size, 512,
-                     "profiled", "test device", "float32", "", "", sizes, (1.0, 1.0, 1.0), None,
+                     "profiled", device_name(torch.device("cpu")), "float32", "", "", sizes, (1.0, 1.0, 1.0), None,
                      {"paper": [0.0, lam, gamma, delta, rho], "intercept": [c0, lam, gamma, delta, rho]},
                      {"paper": 0.1, "intercept": 0.1})
 
@@ -36,7 +38,7 @@ def state_for(ids, mask, capacity=96):
 
 def first_tree(target, draft, cost, lengths, **kw):
     ids, mask = ragged_prompts(lengths, seed=5)
-    sup = specdec.SmartSupplier(draft, cost, **kw)
+    sup = specdec.SmartSupplier(draft, replace(cost, batch_size=len(lengths)), **kw)
     sup.attach(target)
     state = state_for(ids, mask)
     sup.start(state)
@@ -115,7 +117,7 @@ def test_nearly_free_verification_grows_to_the_budget():
 
 def test_steep_cost_yields_the_root_alone_and_plain_decoding():
     target = make_model("qwen3")
-    steep = fixed_cost(c0=0.0, lam=0.0, gamma=1.0, delta=5.0, rho=1.0)  # dC(1)/C(1) ~ 5: nothing can pay
+    steep = fixed_cost(c0=0.0, lam=0.0, gamma=1.0, delta=5.0, rho=1.0, batch_size=2)  # dC(1)/C(1) ~ 5: nothing pays
     ids, mask, _, tree = first_tree(target, target, steep, [5, 8], topk=4, frontier=4, alpha=1.0)
     assert tree.size == 1 and tree.num_nodes.tolist() == [1, 1] and tree.max_depth == 0
     out = specdec.SpeculativeGenerator(target, specdec.SmartSupplier(target, steep)).generate(
@@ -142,7 +144,8 @@ def test_identity(models, case):
     alpha = ALPHAS[arch][case]
     ids, mask = ragged_prompts([[7], [5, 11, 8]][case])
     ref = reference(target, ids, mask, 20, eos=[])
-    sup = specdec.SmartSupplier(draft, fixed_cost(**MODERATE), alpha=alpha, topk=3, frontier=3, max_depth=5,
+    sup = specdec.SmartSupplier(draft, fixed_cost(**MODERATE, batch_size=ids.shape[0]), alpha=alpha, topk=3,
+                                frontier=3, max_depth=5,
                                 padding_aware=case == 1 and arch == "llama", early_stop=arch != "qwen3")
     out = specdec.SpeculativeGenerator(target, sup).generate(ids, attention_mask=mask, max_new_tokens=20,
                                                              eos_token_id=[], pad_token_id=0)
@@ -157,7 +160,8 @@ def test_identity_eos_mid_batch(models):
     free = reference(target, ids, mask, 20, eos=None)[:, ids.shape[1]:]
     eos = int(free[0, 4])
     ref = reference(target, ids, mask, 20, eos=eos)
-    sup = specdec.SmartSupplier(draft, fixed_cost(**MODERATE), alpha=ALPHAS[arch][2], topk=3, frontier=2,
+    sup = specdec.SmartSupplier(draft, fixed_cost(**MODERATE, batch_size=3), alpha=ALPHAS[arch][2], topk=3,
+                                frontier=2,
                                 benefit="expected" if arch == "qwen2" else "paper")
     out = specdec.SpeculativeGenerator(target, sup).generate(ids, attention_mask=mask, max_new_tokens=20,
                                                              eos_token_id=eos, pad_token_id=0)
@@ -227,8 +231,6 @@ def test_cost_model_fitted_at_another_batch_size_warns():
 
 
 def test_reprofile_measures_a_batch_size_outside_the_profile():
-    from dataclasses import replace
-
     target = make_model("llama")
     prof = replace(synthetic_profile(batch_sizes=(1, 2), scales=(1.0, 2.0), sizes=(1, 2, 4)), context_len=16,
                    repeats=1)
