@@ -67,6 +67,8 @@ def add_valuspec_options(parser: argparse.ArgumentParser) -> None:
                         "target; " + MODEL_HELP)
     parser.add_argument("--audit", action="store_true", help="also verify unfiltered trees to count false discards "
                         "(one more target forward per step)")
+    parser.add_argument("--valuspec-unit", choices=("branch", "prefix"), default="branch", help="keep whole branches "
+                        "scoring >= tau (the paper) or every node whose own path does, with its ancestors")
 
 
 def add_calibrate_parser(sub: argparse._SubParsersAction) -> None:
@@ -217,11 +219,11 @@ def make_filter(args: argparse.Namespace, calibration: Calibration | None, targe
     scorer = draft if draft is not None and name == args.draft else load_model(name, dtype=args.dtype,
                                                                                  device=str(target.device))
     if calibration is None:
-        return FixedThresholdFilter(scorer, args.fixed_threshold, audit=args.audit)
+        return FixedThresholdFilter(scorer, args.fixed_threshold, audit=args.audit, unit=args.valuspec_unit)
     if calibration.target != target.config._name_or_path or calibration.scorer != scorer.config._name_or_path:
         print(f"specdec: warning: {args.valuspec} was calibrated for {calibration.target} scored by "
               f"{calibration.scorer}", file=sys.stderr)
-    return ValuSpecFilter(scorer, calibration, audit=args.audit)
+    return ValuSpecFilter(scorer, calibration, audit=args.audit, unit=args.valuspec_unit)
 
 
 def read_prompts(args: argparse.Namespace) -> list[str]:

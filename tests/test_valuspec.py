@@ -361,7 +361,8 @@ def test_cli_calibrate_then_generate_with_the_filter(saved, tmp_path, capsys):
     want = tokenizer.batch_decode(target.generate(**enc, max_new_tokens=12, do_sample=False, pad_token_id=0)[
         :, enc.input_ids.shape[1]:], skip_special_tokens=True)
     for extra in (["--method", "tree", "--draft", str(root / "draft"), "--valuspec", str(cal_path), "--audit"],
-                  ["--method", "prompt-lookup", "--scorer", str(root / "draft"), "--fixed-threshold", "0.5"]):
+                  ["--method", "prompt-lookup", "--scorer", str(root / "draft"), "--fixed-threshold", "0.5",
+                   "--valuspec-unit", "prefix"]):
         argv = ["generate", "--target", str(root / "target"), "--max-new-tokens", "12", "--batch-size", "2",
                 "--device", "cpu", "--json", "--depth", "3", "--topk", "2", "--total-tokens", "6"]
         assert main(argv + extra + [a for p in prompts for a in ("--prompt", p)]) == 0
