@@ -79,4 +79,7 @@ def resolve_name(name: str) -> str:
         return str(pair_path(name.removeprefix("demo-")))
     if name == "smollm2":
         return str(smollm2_path())
-    return name
+    if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().exists():
+        # transformers would read a missing path as a malformed hub id and say so
+        raise ValueError(f"model: no checkpoint at {name}")
+    return str(Path(name).expanduser()) if name.startswith("~") else name
