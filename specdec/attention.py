@@ -124,12 +124,15 @@ def tree_forward(
     backend: str = "auto",
     logits_to_keep: int = 0,
     causal_rows: int = 0,
+    hidden_states: bool = False,
 ) -> Tensor:
     """One forward of `model` over T new nodes per row, their K/V written to the cache's tree region.
 
     tokens, positions: [B, T] int64; tree_mask: [B, T, W] int32 over the tree region (the new nodes'
     own slots start at ``cache.tree_len``). Checks capacity before anything is written. Returns logits
-    [B, T, V] (or the last `logits_to_keep` nodes'). causal_rows: see `TreeAttentionMetadata.build`.
+    [B, T, V] (or the last `logits_to_keep` nodes'), or with ``hidden_states=True`` the decoder's final
+    hidden states [B, T, d] and no LM head (a scorer projects only the tokens it needs, with K3).
+    causal_rows: see `TreeAttentionMetadata.build`.
     """
     B, T = tokens.shape
     if B != cache.batch_size:
@@ -138,14 +141,20 @@ def tree_forward(
     meta = TreeAttentionMetadata.build(cache.start, cache.length, tree_mask, backend, host_start=cache.host_start,
                                        host_length=cache.host_length, region=cache.tree_len + T,
                                        causal_rows=causal_rows)
-    logits = model_forward(model, cache, tokens, positions, meta, logits_to_keep)
+    out = model_forward(model, cache, tokens, positions, meta, logits_to_keep, hidden_states=hidden_states)
     cache.advance(T)
-    return logits
+    return out
 
 
 def model_forward(model: PreTrainedModel, cache: Cache, tokens: Tensor, positions: Tensor,
-                  meta: TreeAttentionMetadata, logits_to_keep: int = 0) -> Tensor:
-    """The model call of a tree forward: metadata through the forward's keyword arguments."""
+                  meta: TreeAttentionMetadata, logits_to_keep: int = 0, *, hidden_states: bool = False) -> Tensor:
+    """The model call of a tree forward: metadata through the forward's keyword arguments. Logits, or
+    with `hidden_states` the decoder's final hidden states (the LM head is not run)."""
+    if hidden_states:
+        decoder = model.get_decoder()
+        out = decoder(input_ids=tokens, position_ids=positions, use_cache=True, specdec_tree=meta,
+                      **{_cache_keyword(type(decoder)): cache})
+        return out.last_hidden_state
     out = model(input_ids=tokens, position_ids=positions, use_cache=True, logits_to_keep=logits_to_keep,
                 specdec_tree=meta, **{_cache_keyword(type(model)): cache})
     return out.logits

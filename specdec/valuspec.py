@@ -33,8 +33,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from . import ops
-from .attention import TreeAttentionMetadata, _cache_keyword, install
-from .cache import TreeCache
+from .attention import install, tree_forward
 from .calibration import Calibration
 from .generate import FilterStats, TreeFilter
 from .state import DecodeState
@@ -103,25 +102,11 @@ class _ScorerRunner(DraftRunner):
         base = cache.positions()  # [B]: position of the chain's first token
         positions = torch.cat([chain.positions(base), tree.positions(base + n - 1)[:, 1:]], 1)
         tokens = torch.cat([chain.tokens, tree.tokens[:, 1:]], 1)
-        hidden = _hidden_forward(self.draft, cache, tokens, positions, pack_bits(bits), self.backend)
+        hidden = tree_forward(self.draft, cache, tokens, positions, pack_bits(bits), backend=self.backend,
+                              hidden_states=True)  # [B, N, d]: K3 projects only the scored tokens
         cache.commit_prefix(n, self._pending_host)
         root = hidden.gather(1, (n - 1)[:, None, None].expand(B, 1, hidden.shape[-1]))  # [B, 1, d]
         return torch.cat([root, hidden[:, C:]], 1)
-
-
-def _hidden_forward(model: PreTrainedModel, cache: TreeCache, tokens: Tensor, positions: Tensor, tree_mask: Tensor,
-                    backend: str) -> Tensor:
-    """`attention.tree_forward` through the model's decoder only: final hidden states [B, N, d] instead of
-    logits, so K3 scores the nodes without the [N, V] logits. Same capacity check, metadata and region."""
-    N = tokens.shape[1]
-    cache.reserve(N)
-    meta = TreeAttentionMetadata.build(cache.start, cache.length, tree_mask, backend, host_start=cache.host_start,
-                                       host_length=cache.host_length, region=cache.tree_len + N)
-    decoder = model.get_decoder()
-    out = decoder(input_ids=tokens, position_ids=positions, use_cache=True, specdec_tree=meta,
-                  **{_cache_keyword(type(decoder)): cache})
-    cache.advance(N)
-    return out.last_hidden_state
 
 
 class BranchScorer:

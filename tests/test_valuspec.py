@@ -18,7 +18,6 @@ import specdec
 from conftest import VOCAB, make_model, perturbed, ragged_prompts
 from specdec.cli import main
 from specdec.calibration import Calibration, calibrate, threshold
-from specdec.state import DecodeState
 from specdec.tree import TreeBatch
 from specdec.valuspec import BranchScorer, FixedThresholdFilter, ValuSpecFilter, keep_branches
 from specdec.verify import Acceptance
