@@ -62,6 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--calibration-share", type=float, default=0.7)
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8])
     p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=1, help="timed runs per batch, the fastest counts (best of N)")
     p.add_argument("--delta", type=float, default=0.05)
     p.add_argument("--thresholds", type=float, nargs="+", default=[0.3, 0.5, 0.8], help="fixed-threshold baseline")
     p.add_argument("--budget", type=int, default=64, help="retrieval tree size, root included")
@@ -165,7 +166,7 @@ def measure(args, name: str, sets: dict, target, tokenizer, draft, scorer, cost)
                                method=label, filter=filt() if filt else None, **common)  # warm-up
             result, out = harness.run_method(target, supplier(), prompts, batch_size=bs, method=label,
                                              max_new_tokens=args.max_new_tokens, eos_token_id=tokenizer.eos_token_id,
-                                             filter=filt() if filt else None, **common)
+                                             filter=filt() if filt else None, repeats=args.repeats, **common)
             results.append(result)
             outputs[(label, name, bs)] = out
             rows.append({"calibrated_on": cal_on, "audit": False, "result": result})

@@ -167,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--num-prompts", type=int, default=8)
     bench.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4])
     bench.add_argument("--max-new-tokens", type=int, default=64)
+    bench.add_argument("--repeats", type=int, default=1, help="timed runs per batch, the fastest counts (best of N)")
     bench.add_argument("--device", default="auto")
     bench.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     bench.add_argument("--chat", action="store_true", help="wrap prompts in the tokenizer's chat template")
@@ -394,7 +395,7 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
             supplier.trace.clear()  # its predictions are reported for the measured run only
         result, out = harness.run_method(target, supplier, encoded[ps], batch_size=bs, max_new_tokens=args.max_new_tokens,
                                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                                         method=m, prompt_set=ps, filter=filt)
+                                         method=m, prompt_set=ps, filter=filt, repeats=getattr(args, "repeats", 1))
         if method == "smart":
             vars(result).update(supplier.predicted())
         results.append(result)

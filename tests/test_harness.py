@@ -25,3 +25,24 @@ def test_compare_to_ar_reports_rows_and_first_token():
     assert tree.identical_to_ar and tree.speedup_vs_ar == 1.5 and tree.identity_note() == "yes"
     assert not chain.identical_to_ar and chain.rows_differing_from_ar == 1 and chain.first_difference_at == [2]
     assert chain.identity_note() == "1 rows differ (first at token 2)"
+
+
+def test_run_method_repeats_keep_the_fastest_run_and_the_first_outputs():
+    import pytest
+    import torch
+
+    import specdec
+    from conftest import make_model
+    from specdec.harness import run_method
+
+    target = make_model("llama")
+    prompts = [[5, 6, 7, 8], [9, 10, 11]]
+    with torch.no_grad():
+        once, out1 = run_method(target, specdec.ARSupplier(), prompts, batch_size=2, max_new_tokens=6, pad_token_id=0,
+                                eos_token_id=None, method="ar", prompt_set="x")
+        thrice, out3 = run_method(target, specdec.ARSupplier(), prompts, batch_size=2, max_new_tokens=6,
+                                  pad_token_id=0, eos_token_id=None, method="ar", prompt_set="x", repeats=3)
+    assert out1 == out3 and thrice.repeats == 3 and thrice.new_tokens == once.new_tokens == 12
+    with pytest.raises(ValueError, match="repeats: expected an int >= 1"):
+        run_method(target, specdec.ARSupplier(), prompts, batch_size=2, max_new_tokens=6, pad_token_id=0,
+                   eos_token_id=None, method="ar", prompt_set="x", repeats=0)
