@@ -204,7 +204,7 @@ def load_datastore(path: Path | None, tokenizer, target_name: str, stdlib_files:
 def tokenizer_or_error(name: str):
     try:
         return load_tokenizer(name)
-    except OSError as err:  # transformers reports a missing path or an unknown hub id as OSError
+    except (OSError, ValueError) as err:  # transformers: OSError for an unknown hub id; ours: a missing path
         raise ValueError(f"--tokenizer: cannot load {name!r}: {str(err).splitlines()[0]}") from err
 
 
