@@ -184,6 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--smart-variants", nargs="+", default=["default"], help="SmartSupplier options per smart "
                        "run: 'default' or key=value,... (alpha, budget, benefit, topk, frontier, max_depth, "
                        "padding_aware, early_stop, refit_every, reprofile, fit_batch); several run as smart[<variant>]")
+    bench.add_argument("--valuspec-methods", nargs="+", default=[], help="also run these runs (labels as in the "
+                       "table: retrieval, retrieval-64, tree, smart, ...) through ValuSpec as <label>+valuspec, the "
+                       "draft as scorer, tau calibrated once (cached) on the last --calibration-size prompts of the "
+                       "first prompt set")
+    bench.add_argument("--calibration-size", type=int, default=8, help="calibration prompts for --valuspec-methods")
     add_profile_parser(sub)
     add_datastore_parser(sub)
     add_calibrate_parser(sub)
@@ -419,7 +424,10 @@ def valuspec_runs(args: argparse.Namespace, runs: dict, options: dict, tokenizer
                   chat: bool) -> Calibration | None:
     """For each label in ``args.valuspec_methods``, a "<label>+valuspec" run with the draft as scorer, tau
     calibrated (once, cached) on ``args.calibration_prompts`` at this run's max_new_tokens; the calibration."""
-    methods = [m for m in getattr(args, "valuspec_methods", None) or () if m in runs]
+    methods = list(getattr(args, "valuspec_methods", None) or ())
+    unknown = [m for m in methods if m not in runs]
+    if unknown:
+        raise ValueError(f"--valuspec-methods: {unknown} are not among this run's methods {sorted(runs)}")
     if not methods or draft is None:
         return None
     prompts = harness.fit(harness.encode(tokenizer, args.calibration_prompts, chat), target, args.max_new_tokens)
@@ -469,6 +477,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     draft = args.draft or ("demo-draft" if args.target == "demo-target" else None)
+    if args.valuspec_methods:
+        if draft is None:
+            raise ValueError("--valuspec-methods: ValuSpec scores with the draft; give --draft")
+        if args.calibration_size < 1:
+            raise ValueError(f"--calibration-size: expected >= 1, got {args.calibration_size}")
+        # The set's last prompts: disjoint from the evaluated first --num-prompts unless the set is that small.
+        args.calibration_prompts = harness.load_prompts(args.prompt_sets[0])[-args.calibration_size:]
     results, env = evaluate(args, args.target, draft, args.prompt_sets, args.num_prompts, args.methods, args.chat)
     print_table(results)
     stamp = time.strftime("%Y%m%d-%H%M%S")

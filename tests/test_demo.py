@@ -51,12 +51,14 @@ def test_demo_quick_runs_every_method_identical_to_ar(tmp_path, capsys):
 
 def test_bench_writes_tables_and_plots(tmp_path):
     assert main(["bench", "--num-prompts", "2", "--batch-sizes", "1", "2", "--max-new-tokens", "6", "--methods",
-                 "ar", "chain", "prompt-lookup", "--prompt-sets", "spec_bench", "--device", "cpu",
-                 "--out", str(tmp_path)]) == 0
+                 "ar", "chain", "prompt-lookup", "--valuspec-methods", "chain", "--calibration-size", "2",
+                 "--prompt-sets", "spec_bench", "--device", "cpu", "--out", str(tmp_path)]) == 0
     (run,) = tmp_path.iterdir()
     doc = json.loads((run / "results.json").read_text())
     assert {(r["method"], r["batch_size"]) for r in doc["results"]} == {
-        (m, b) for m in ("ar", "chain", "prompt-lookup") for b in (1, 2)}
+        (m, b) for m in ("ar", "chain", "prompt-lookup", "chain+valuspec") for b in (1, 2)}
+    assert all(json.loads(r["filter"])["branches"] > 0 for r in doc["results"] if r["method"] == "chain+valuspec")
+    assert doc["environment"]["valuspec"]["calibration"]["tau"] <= 0
     assert all(r["identical_to_ar"] for r in doc["results"])
     assert doc["environment"]["commit"] and doc["environment"]["device"]
     header = (run / "results.csv").read_text().splitlines()[0].split(",")
