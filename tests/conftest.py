@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import random
 
 import torch
 
@@ -67,3 +68,18 @@ def ragged_prompts(lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, tor
         ids[b, P - n:] = motif.repeat(n // len(motif) + 1)[:n]
         mask[b, P - n:] = 1
     return ids, mask
+
+
+def make_tree(kind: str, B: int, T: int, seed: int, device: torch.device | str = "cpu"):
+    """A chain, a star or a random tree per row; rows after the first are ragged (padding nodes)."""
+    from specdec.tree import TreeBatch
+
+    rng = random.Random(seed)
+    if kind == "chain":
+        parents = [[-1] + list(range(T - 1))] * B
+    elif kind == "star":
+        parents = [[-1] + [0] * (T - 1)] * B
+    else:
+        parents = [[-1] + [rng.randrange(i) for i in range(1, T)] for _ in range(B)]
+    num_nodes = [T] + [rng.randint(1, T) for _ in range(B - 1)]
+    return TreeBatch.from_parents([list(range(T))] * B, parents, num_nodes, device=device)

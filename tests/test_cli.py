@@ -29,21 +29,30 @@ def saved(tmp_path_factory):
     return root, target, tokenizer
 
 
-@pytest.mark.parametrize("method", ["ar", "chain", "tree", "prompt-lookup"])
-def test_generate_json_matches_hf_generate(saved, capsys, method):
+PROMPTS = ["w5 w6 w7 w5 w6", "w9 w10 w11 w12 w13 w9 w10 w11 w40"]
+
+
+def generate_matches_hf(saved, capsys, options: list[str]) -> dict:
+    """`specdec generate --json` with `options` on two prompts equals HF generate; returns the JSON."""
     root, target, tokenizer = saved
-    prompts = ["w5 w6 w7 w5 w6", "w9 w10 w11 w12 w13 w9 w10 w11 w40"]
-    argv = ["generate", "--target", str(root / "target"), "--method", method, "--max-new-tokens", "12",
-            "--batch-size", "2", "--device", "cpu", "--json", "--depth", "3", "--topk", "2", "--total-tokens", "6"]
-    argv += ["--draft", str(root / "draft")] if method in ("chain", "tree") else []
-    for p in prompts:
+    argv = ["generate", "--target", str(root / "target"), "--max-new-tokens", "12", "--batch-size", "2", "--device",
+            "cpu", "--json", *options]
+    for p in PROMPTS:
         argv += ["--prompt", p]
     assert main(argv) == 0
     doc = json.loads(capsys.readouterr().out)
-    enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
+    enc = tokenizer(PROMPTS, return_tensors="pt", padding=True, padding_side="left")
     ref = target.generate(**enc, max_new_tokens=12, do_sample=False, pad_token_id=0)
     want = tokenizer.batch_decode(ref[:, enc.input_ids.shape[1]:], skip_special_tokens=True)
     assert [r["completion"] for r in doc["results"]] == want
+    return doc
+
+
+@pytest.mark.parametrize("method", ["ar", "chain", "tree", "prompt-lookup"])
+def test_generate_json_matches_hf_generate(saved, capsys, method):
+    draft = ["--draft", str(saved[0] / "draft")] if method in ("chain", "tree") else []
+    doc = generate_matches_hf(saved, capsys, ["--method", method, "--depth", "3", "--topk", "2", "--total-tokens", "6",
+                                              *draft])
     assert doc["stats"]["new_tokens"] > 0 and doc["stats"]["mean_accepted_length"] >= 1.0
 
 

@@ -326,14 +326,19 @@ def test_identity(tmp_path, models, lengths):
     assert min(accepted) == 1  # and past the stored 16 tokens, steps fell back to one token
 
 
-@pytest.mark.hf
-def test_identity_eos_mid_batch(tmp_path, models):
-    arch, target, _ = models
+def eos_mid_batch_case(tmp_path: Path, target) -> tuple:
+    """Ragged prompts whose row 0 meets EOS after 5 tokens: (ids, mask, eos, HF's output with that EOS, a
+    store of the EOS-free greedy continuations)."""
     ids, mask = ragged_prompts([6, 10, 9], seed=3)
     free = reference(target, ids, mask, 20, eos=None)[:, ids.shape[1]:]
     eos = int(free[0, 4])
-    ref = reference(target, ids, mask, 20, eos=eos)
-    store = store_of_outputs(tmp_path, ids, mask, free)
+    return ids, mask, eos, reference(target, ids, mask, 20, eos=eos), store_of_outputs(tmp_path, ids, mask, free)
+
+
+@pytest.mark.hf
+def test_identity_eos_mid_batch(tmp_path, models):
+    arch, target, _ = models
+    ids, mask, eos, ref, store = eos_mid_batch_case(tmp_path, target)
     gen = specdec.SpeculativeGenerator(target, specdec.RetrievalSupplier(store, continuation=5, budget=16))
     out = gen.generate(ids, attention_mask=mask, max_new_tokens=20, eos_token_id=eos, pad_token_id=0)
     assert torch.equal(out.sequences, ref), arch

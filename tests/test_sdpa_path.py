@@ -3,31 +3,17 @@ once per forward, against the reference; the cache and tree shortcuts that keep 
 
 from __future__ import annotations
 
-import random
 
 import numpy as np
 import pytest
 import torch
 
 import specdec
-from conftest import ARCHS, make_model, perturbed, ragged_prompts
+from conftest import ARCHS, make_model, make_tree, perturbed, ragged_prompts
 from specdec import ops
 from specdec.cache import TreeCache
 from specdec.ops._backend import resolve_backend
 from specdec.tree import TreeBatch, pack_bits
-
-
-def make_tree(kind: str, B: int, T: int, seed: int) -> TreeBatch:
-    """A chain, a star or a random tree per row; rows after the first are ragged (padding nodes)."""
-    rng = random.Random(seed)
-    if kind == "chain":
-        parents = [[-1] + list(range(T - 1))] * B
-    elif kind == "star":
-        parents = [[-1] + [0] * (T - 1)] * B
-    else:
-        parents = [[-1] + [rng.randrange(i) for i in range(1, T)] for _ in range(B)]
-    num_nodes = [T] + [rng.randint(1, T) for _ in range(B - 1)]
-    return TreeBatch.from_parents([list(range(T))] * B, parents, num_nodes)
 
 
 def inputs(B, Hq, Hkv, T, D, prefix, seed):

@@ -9,7 +9,7 @@ import pytest
 from specdec.cli import main
 from specdec.cost import CostModel
 from specdec.profiling import Profile
-from test_cli import saved  # noqa: F401  (the fixture: a tiny Llama pair and tokenizer saved to disk)
+from test_cli import generate_matches_hf, saved  # noqa: F401  (the fixture: a tiny Llama pair and tokenizer saved to disk)
 
 pytestmark = pytest.mark.hf
 
@@ -35,19 +35,10 @@ def test_profile_writes_a_valid_profile_and_plot(profiled, saved):  # noqa: F811
 
 @pytest.mark.parametrize("extra", [[], ["--alpha", "1.0", "--benefit", "expected", "--budget", "6", "--padding-aware"]])
 def test_generate_smart_matches_hf_generate(saved, profiled, capsys, extra):  # noqa: F811
-    root, target, tokenizer = saved
-    prompts = ["w5 w6 w7 w5 w6", "w9 w10 w11 w12 w13 w9 w10 w11 w40"]
-    argv = ["generate", "--target", str(root / "target"), "--draft", str(root / "draft"), "--method", "smart",
-            "--profile", str(profiled / "p.json"), "--max-new-tokens", "12", "--batch-size", "2", "--device", "cpu",
-            "--json", "--topk", "3", "--frontier", "2", "--max-depth", "4"] + extra
-    for p in prompts:
-        argv += ["--prompt", p]
-    assert main(argv) == 0
-    doc = json.loads(capsys.readouterr().out)
-    enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
-    ref = target.generate(**enc, max_new_tokens=12, do_sample=False, pad_token_id=0)
-    assert [r["completion"] for r in doc["results"]] == tokenizer.batch_decode(ref[:, enc.input_ids.shape[1]:],
-                                                                              skip_special_tokens=True)
+    root = saved[0]
+    doc = generate_matches_hf(saved, capsys, ["--draft", str(root / "draft"), "--method", "smart", "--profile",
+                                              str(profiled / "p.json"), "--topk", "3", "--frontier", "2",
+                                              "--max-depth", "4", *extra])
     if extra:
         assert doc["stats"]["mean_tree_size"] <= 6
 

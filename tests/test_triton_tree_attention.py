@@ -9,7 +9,6 @@ end-to-end identity check.
 from __future__ import annotations
 
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ import torch
 
 import specdec
 from conftest import make_model, perturbed, ragged_prompts
+from conftest import make_tree as _make_tree
 from specdec import ops
 from specdec.tree import TreeBatch, pack_bits
 
@@ -31,16 +31,7 @@ FP16 = (torch.float16, 3e-3, 3e-3)
 
 
 def make_tree(kind: str, B: int, T: int, seed: int) -> TreeBatch:
-    """A chain, a star or a random tree per row; rows after the first are ragged (padding nodes)."""
-    rng = random.Random(seed)
-    if kind == "chain":
-        parents = [[-1] + list(range(T - 1))] * B
-    elif kind == "star":
-        parents = [[-1] + [0] * (T - 1)] * B
-    else:
-        parents = [[-1] + [rng.randrange(i) for i in range(1, T)] for _ in range(B)]
-    num_nodes = [T] + [rng.randint(1, T) for _ in range(B - 1)]
-    return TreeBatch.from_parents([list(range(T))] * B, parents, num_nodes, device=DEVICE)
+    return _make_tree(kind, B, T, seed, device=DEVICE)
 
 
 def inputs(B: int, Hq: int, Hkv: int, T: int, D: int, prefix: int, dtype: torch.dtype, seed: int):

@@ -23,7 +23,7 @@ from specdec.valuspec import BranchScorer, FixedThresholdFilter, ValuSpecFilter,
 from specdec.verify import Acceptance
 from test_cli import saved  # noqa: F401  (a tiny target, draft and tokenizer saved like hub checkpoints)
 from test_generate import models, reference  # noqa: F401  (the architecture grid fixture and the oracle)
-from test_retrieval import store_of_outputs
+from test_retrieval import eos_mid_batch_case, store_of_outputs
 from test_smart import MODERATE, fixed_cost, state_for
 
 
@@ -287,11 +287,7 @@ def test_identity_draft_tree(models, tau, lengths, scorer):
 @pytest.mark.hf
 def test_identity_eos_mid_batch(tmp_path, models, tau):
     arch, target, noisy = models
-    ids, mask = ragged_prompts([6, 10, 9], seed=3)
-    free = reference(target, ids, mask, 20, eos=None)[:, ids.shape[1]:]
-    eos = int(free[0, 4])
-    ref = reference(target, ids, mask, 20, eos=eos)
-    store = store_of_outputs(tmp_path, ids, mask, free)
+    ids, mask, eos, ref, store = eos_mid_batch_case(tmp_path, target)
     for supplier in (specdec.RetrievalSupplier(store, continuation=5, budget=16),
                      specdec.DraftSupplier(noisy, mode="tree", depth=4, topk=3, total_tokens=10)):
         gen = specdec.SpeculativeGenerator(target, supplier, filter=ValuSpecFilter(target, tau))
