@@ -43,7 +43,7 @@ from tqdm import tqdm
 
 from specdec import harness
 from specdec.calibration import DEFAULT_WINDOW, calibrate
-from specdec.cli import AUTO_PROFILE
+from specdec.evaluation import AUTO_PROFILE
 from specdec.datastore import Datastore, stdlib_datastore
 from specdec.models import DTYPES, load_model, load_tokenizer
 from specdec.profiling import cached_profile

@@ -1,0 +1,162 @@
+"""The runs behind `specdec demo` and `specdec bench`: methods x prompt sets x batch sizes on one model
+pair, from the parsed command line, with speedups and identity against AR (`harness` measures each run)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from tqdm import tqdm
+
+from . import harness
+from .calibration import DEFAULT_WINDOW, Calibration, cached_calibration
+from .datastore import Datastore, stdlib_datastore
+from .models import load_model, load_tokenizer
+from .profiling import DEFAULT_SIZES, Profile, cached_profile
+from .valuspec import ValuSpecFilter
+
+__all__ = ["AUTO_PROFILE", "evaluate", "load_datastore", "print_table", "smart_profile"]
+
+AUTO_PROFILE = dict(context_len=256, sizes=DEFAULT_SIZES[:-1], repeats=3)
+
+
+def load_datastore(path: Path | None, tokenizer, target_name: str, stdlib_files: int | None = None) -> Datastore:
+    """The datastore for method retrieval: `path`, or with the demo target the cached standard-library one
+    (its first `stdlib_files` files; None: all)."""
+    if path is not None:
+        return Datastore.open(path, tokenizer=tokenizer)
+    if target_name == "demo-target":
+        return stdlib_datastore(tokenizer, max_files=stdlib_files)
+    raise ValueError("--datastore: method 'retrieval' needs a datastore built with the target's tokenizer "
+                     "(specdec datastore build)")
+
+
+def smart_profile(path: Path | None, target, draft, batch_sizes: list[int]) -> Profile:
+    """The cost profile for method smart: `path`, or this pair measured here (cached) at `batch_sizes`."""
+    if path is not None:
+        return Profile.load(path)
+    print("specdec: profiling the pair for SMART's cost model (once per machine and pair; cached)", file=sys.stderr)
+    return cached_profile(target, draft, batch_sizes=tuple(sorted(set(batch_sizes))), **AUTO_PROFILE)
+
+
+def variant_runs(args: argparse.Namespace, runs: dict, cost: Profile | None) -> tuple[dict, dict]:
+    """Static tree sizes (--tree-sizes) and SMART variants (--smart-variants) as runs of their own, in place
+    of "tree" and "smart"; returns the runs and each label's make_supplier options."""
+    out, options = {}, {}
+    for label, (method, budget) in runs.items():
+        if method == "tree":
+            sizes = getattr(args, "tree_sizes", None) or [args.total_tokens]
+            for n in sizes:
+                name = "tree" if len(sizes) == 1 else f"tree-{n}"
+                out[name], options[name] = (method, budget), {"total_tokens": n}
+        elif method == "smart":
+            for v in getattr(args, "smart_variants", None) or ["default"]:
+                name = "smart" if v == "default" else f"smart[{v}]"
+                out[name], options[name] = (method, budget), {"cost": cost, "smart": harness.smart_variant(v)}
+        else:
+            out[label] = (method, budget)
+    return out, options
+
+
+def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None, prompt_sets: list[str],
+             num_prompts: int, methods: list[str], chat: bool = False,
+             stdlib_files: int | None = None) -> tuple[list[harness.MethodResult], dict]:
+    """Run methods x prompt sets x batch sizes on one model pair; results carry speedup and identity vs AR."""
+    if args.max_new_tokens <= 0:
+        raise ValueError(f"--max-new-tokens: expected > 0, got {args.max_new_tokens}")
+    if any(b <= 0 for b in args.batch_sizes):
+        raise ValueError(f"--batch-sizes: expected sizes > 0, got {args.batch_sizes}")
+    tokenizer = load_tokenizer(target_name)
+    target = load_model(target_name, dtype=args.dtype, device=args.device)
+    draft = load_model(draft_name, dtype=args.dtype, device=str(target.device)) if draft_name else None
+    methods = ["ar"] + [m for m in methods if m != "ar" and (draft is not None or m not in harness.DRAFT_METHODS)]
+    if any(b < 1 for b in args.budgets):
+        raise ValueError(f"--budgets: expected sizes >= 1, got {args.budgets}")
+    runs = {}  # label -> (method, retrieval budget), in the order of `methods`
+    for m in methods:
+        if m == "retrieval":  # one run per budget
+            runs.update({m if len(args.budgets) == 1 else f"{m}-{b}": (m, b) for b in args.budgets})
+        else:
+            runs[m] = (m, max(args.budgets))  # retrieval-smart: the largest budget is its cap
+    datastore = None
+    if set(methods) & set(harness.RETRIEVAL_METHODS):
+        datastore = load_datastore(args.datastore, tokenizer, target_name, stdlib_files)
+    # retrieval-smart shares SMART's profile: retrieval drops its draft part (lambda), keeping the target's
+    cost = (smart_profile(getattr(args, "profile", None), target, draft, args.batch_sizes)
+            if {"smart", "retrieval-smart"} & set(methods) else None)
+    runs, options = variant_runs(args, runs, cost)
+    calibration = valuspec_runs(args, runs, options, tokenizer, target, draft, chat)
+    wide = getattr(args, "wide_methods", None)  # methods run at batch sizes > 1 (None: all)
+    results, outputs, skipped = [], {}, {}
+    jobs = [(ps, bs, m) for ps in prompt_sets for bs in args.batch_sizes for m in runs
+            if bs == 1 or wide is None or runs[m][0] in wide]
+    encoded = {}
+    for ps in prompt_sets:
+        tokens = harness.encode(tokenizer, harness.load_prompts(ps, num_prompts), chat)
+        encoded[ps] = harness.fit(tokens, target, args.max_new_tokens)
+        skipped[ps] = len(tokens) - len(encoded[ps])
+    for ps, bs, m in tqdm(jobs, desc="runs", file=sys.stderr):
+        method, budget = runs[m]
+        supplier = harness.make_supplier(method, draft, **{"depth": args.depth, "topk": args.topk, "datastore": datastore,
+                                                           "total_tokens": args.total_tokens, "budget": budget,
+                                                           "cost": cost, **options.get(m, {})})
+        filt = ValuSpecFilter(draft, calibration) if m.endswith("+valuspec") else None
+        harness.run_method(target, supplier, encoded[ps][:bs], batch_size=bs, max_new_tokens=4, method=m,
+                           prompt_set=ps, pad_token_id=tokenizer.pad_token_id, eos_token_id=None,
+                           filter=filt)  # warm-up
+        if method == "smart":
+            supplier.trace.clear()  # its predictions are reported for the measured run only
+        result, out = harness.run_method(target, supplier, encoded[ps], batch_size=bs, max_new_tokens=args.max_new_tokens,
+                                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                                         method=m, prompt_set=ps, filter=filt, repeats=getattr(args, "repeats", 1))
+        if method == "smart":
+            vars(result).update(supplier.predicted())
+        results.append(result)
+        outputs[(m, ps, bs)] = out
+    harness.compare_to_ar(results, outputs)
+    env = {**harness.environment(), "target": target_name, "draft": draft_name, "dtype": args.dtype,
+           "max_new_tokens": args.max_new_tokens, "tree": {"depth": args.depth, "topk": args.topk,
+                                                           "total_tokens": args.total_tokens},
+           "prompts_left_out_too_long": skipped}
+    if datastore is not None:
+        env["retrieval"] = {"datastore": str(datastore.path), "num_tokens": datastore.num_tokens,
+                            "budgets": args.budgets}
+    if calibration is not None:
+        env["valuspec"] = {"calibration": asdict(calibration), "scorer": draft_name}
+    if cost is not None:
+        env["smart"] = {"profile": asdict(cost), "variants": getattr(args, "smart_variants", None) or ["default"]}
+    return results, env
+
+
+def valuspec_runs(args: argparse.Namespace, runs: dict, options: dict, tokenizer, target, draft,
+                  chat: bool) -> Calibration | None:
+    """For each label in ``args.valuspec_methods``, a "<label>+valuspec" run with the draft as scorer, tau
+    calibrated (once, cached) on ``args.calibration_prompts`` at this run's max_new_tokens; the calibration."""
+    methods = list(getattr(args, "valuspec_methods", None) or ())
+    unknown = [m for m in methods if m not in runs]
+    if unknown:
+        raise ValueError(f"--valuspec-methods: {unknown} are not among this run's methods {sorted(runs)}")
+    if not methods or draft is None:
+        return None
+    prompts = harness.fit(harness.encode(tokenizer, args.calibration_prompts, chat), target, args.max_new_tokens)
+    calibration = cached_calibration(target, draft, prompts, max_new_tokens=args.max_new_tokens,
+                                     window=min(DEFAULT_WINDOW, args.max_new_tokens),
+                                     eos_token_id=tokenizer.eos_token_id)
+    for m in methods:
+        runs[f"{m}+valuspec"], options[f"{m}+valuspec"] = runs[m], options.get(m, {})
+    return calibration
+
+
+def print_table(results: list[harness.MethodResult]) -> None:
+    print(f"{'method':<20}{'prompts':<12}{'batch':>6}{'tok/s':>9}{'speedup':>9}{'accepted':>10}{'tree':>7}  identical")
+    for r in results:
+        print(f"{r.method:<20}{r.prompt_set:<12}{r.batch_size:>6}{r.tokens_per_second:>9.1f}{r.speedup_vs_ar:>8.2f}x"
+              f"{r.mean_accepted_length:>10.2f}{r.mean_tree_size:>7.1f}  {r.identity_note()}")
+    for r in results:
+        if r.filter is not None:
+            f = r.filter
+            print(f"{r.method} (batch {r.batch_size}): kept {f['branch_keep_rate']:.1%} of branches and "
+                  f"{f['node_keep_rate']:.1%} of nodes, AR fallbacks {f['ar_fallback_rate']:.1%}, filter "
+                  f"{r.filter_share:.1%} of the time")
