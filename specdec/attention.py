@@ -25,6 +25,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from . import ops
 from .cache import TreeCache
 from .ops._backend import resolve_backend
+from .parallel import check_placement
 from .tree import prefill_mask
 
 __all__ = ["TreeAttentionMetadata", "install", "tree_forward", "model_forward", "prefill", "PREFIX"]
@@ -90,8 +91,10 @@ def _specdec_attention(
     return out.transpose(1, 2), None  # [B, T, Hq, D], as attention functions return
 
 
-def install(model: PreTrainedModel) -> None:
-    """Route `model`'s attention through specdec's hook (idempotent). Inert outside tree forwards."""
+def install(model: PreTrainedModel, what: str = "model") -> None:
+    """Route `model`'s attention through specdec's hook (idempotent). Inert outside tree forwards.
+    First refuses weight layouts the hook cannot serve (`parallel.check_placement`), naming `what`."""
+    check_placement(model, what)
     current = model.config._attn_implementation
     if current.startswith(PREFIX):
         return

@@ -26,6 +26,8 @@ from torch import Tensor
 from transformers import Cache, PreTrainedModel
 from transformers.cache_utils import CacheLayerMixin
 
+from .parallel import attention_heads
+
 __all__ = ["TreeCache"]
 
 
@@ -94,12 +96,10 @@ class TreeCache(Cache):
 
     @classmethod
     def for_model(cls, model: PreTrainedModel, batch_size: int, capacity: int) -> "TreeCache":
-        """Buffers sized from the model's config, in the model's dtype and on its device."""
-        config = model.config.get_text_config()
-        heads = config.num_attention_heads
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        kv_heads = getattr(config, "num_key_value_heads", None) or heads
-        return cls(config.num_hidden_layers, batch_size, kv_heads, head_dim, capacity,
+        """Buffers for what the model's attention layers receive, in the model's dtype and on its device:
+        the config's key/value heads, or under tensor parallelism this rank's shard of them."""
+        _, kv_heads, head_dim = attention_heads(model)
+        return cls(model.config.get_text_config().num_hidden_layers, batch_size, kv_heads, head_dim, capacity,
                    dtype=model.dtype, device=model.device)
 
     @property
@@ -115,6 +115,11 @@ class TreeCache(Cache):
         """Write [B, Hkv, T, D] new K/V at ``length + tree_len + [0, T)`` and return the whole buffers."""
         layer = self.layers[layer_idx]
         B, H, T, D = key_states.shape
+        if (B, H, D) != (layer.keys.shape[0], layer.keys.shape[1], layer.keys.shape[3]):
+            # a slice write would broadcast one head over several: a wrong answer, not an error
+            raise ValueError(f"key_states: [{B}, {H}, T, {D}] from layer {layer_idx}, the cache holds "
+                             f"[{layer.keys.shape[0]}, {layer.keys.shape[1]}, S, {layer.keys.shape[3]}] (a model "
+                             "sharded or configured differently from the one the cache was sized for)")
         where = self._write_slots(T)
         if isinstance(where, slice):
             layer.keys[:, :, where] = key_states

@@ -36,6 +36,7 @@ from . import ops
 from .attention import install, tree_forward
 from .calibration import Calibration
 from .generate import FilterStats, TreeFilter
+from .parallel import full_weight
 from .state import DecodeState
 from .suppliers.base import Supplier
 from .suppliers.draft import DraftRunner
@@ -127,6 +128,10 @@ class BranchScorer:
             raise ValueError("scorer: models whose logits are not lm_head(hidden) (soft-capping, logit scale) are "
                              "not supported")
         self.model = model
+        # A tensor-parallel scorer's LM head is sharded over the vocabulary: K3 needs all of it (gathered once)
+        self._head_weight = full_weight(head.weight)  # [V, d]
+        bias = getattr(head, "bias", None)
+        self._head_bias = full_weight(bias) if bias is not None else None  # [V]
         self.reuse_draft_logp = reuse_draft_logp
         self.backend = backend
         self.runner = _ScorerRunner(model, backend)
@@ -160,9 +165,8 @@ class BranchScorer:
         if T == 1:
             return torch.zeros(B, 1, dtype=torch.float32, device=tree.device)
         at_parent = hidden.gather(1, parents[:, 1:, None].expand(B, T - 1, hidden.shape[-1]))  # [B, T-1, d]
-        head = self.model.get_output_embeddings()
-        lp = ops.token_logprob(at_parent.reshape(B * (T - 1), -1), head.weight, tree.tokens[:, 1:].reshape(-1),
-                               bias=getattr(head, "bias", None), backend=self.backend)
+        lp = ops.token_logprob(at_parent.reshape(B * (T - 1), -1), self._head_weight, tree.tokens[:, 1:].reshape(-1),
+                               bias=self._head_bias, backend=self.backend)
         logp = torch.cat([torch.zeros(B, 1, dtype=torch.float32, device=tree.device), lp.view(B, T - 1)], 1)
         return torch.where(tree.valid, logp, 0.0)
 
