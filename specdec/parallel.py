@@ -30,6 +30,13 @@ def tp_size(model: PreTrainedModel) -> int:
     return int(getattr(model, "tp_size", None) or 1)
 
 
+def _degree(model: PreTrainedModel, kind: str) -> int:
+    """A parallelism degree ("fsdp_size", "pp_size") from the model (transformers 5.24) or the
+    `DistributedConfig` it was loaded with (5.17 keeps it only there)."""
+    config = getattr(model.config, "distributed_config", None)
+    return int(getattr(model, kind, None) or getattr(config, kind, None) or 1)
+
+
 def _tp_plan(model: PreTrainedModel) -> dict[str, str]:
     plan = getattr(model, "tp_plan", None)
     return dict(plan) if isinstance(plan, dict) else {}
@@ -43,7 +50,12 @@ def check_placement(model: PreTrainedModel, what: str = "model") -> None:
     if len(devices) > 1:
         raise ValueError(f"{what}: its weights are split over {sorted(devices)} (device_map or offloading); "
                          "specdec keeps each model on one device per process: load it on one device, or shard "
-                         "it with tensor parallelism (from_pretrained(..., tp_plan='auto') under torchrun)")
+                         "it with tensor parallelism (from_pretrained(..., distributed_config=DistributedConfig("
+                         "tp_plan='auto')) under torchrun)")
+    for kind, label in (("fsdp_size", "FSDP-sharded"), ("pp_size", "pipeline-parallel")):
+        if _degree(model, kind) > 1:
+            raise ValueError(f"{what}: {label} ({_degree(model, kind)} shards); specdec serves tensor parallelism "
+                             "only (DistributedConfig(tp_plan='auto'))")
     size = tp_size(model)
     if size == 1:
         return
