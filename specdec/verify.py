@@ -108,7 +108,7 @@ class TreeVerifier:
         if temperature > 0:
             raise NotImplementedError("temperature > 0: lossless tree rejection sampling is not built yet "
                                       "(it is the sampling issue on the tracker); use temperature=0.0")
-        install(target)
+        install(target, "target")
         self.model = target
         self.temperature = float(temperature)
         self.backend = backend

@@ -46,7 +46,7 @@ class DraftRunner:
                              f"{vocab_size(target)}; a draft must share the target's tokenizer")
         if self.draft.device != target.device:
             raise ValueError(f"draft: on {self.draft.device}, the target on {target.device}")
-        install(self.draft)
+        install(self.draft, "draft")
 
     def start(self, state: DecodeState, region: int) -> None:
         """Prefill the prompts; `region`: the most slots one step's catch-up or tree layers occupy."""
