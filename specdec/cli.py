@@ -6,6 +6,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -136,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--batch-size", type=int, default=1)
     gen.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     gen.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    gen.add_argument("--tensor-parallel", action="store_true", help="shard the target over the processes of a "
+                     "torchrun launch with its tp plan (each rank on its own device; the draft and scorer are "
+                     "replicated); rank 0 prints")
     add_tree_options(gen)
     add_retrieval_options(gen)
     add_smart_options(gen)
@@ -248,7 +252,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     # the datastore before the models: a wrong one fails in milliseconds
     datastore = (load_datastore(args.datastore, tokenizer, args.target)
                  if args.method in harness.RETRIEVAL_METHODS else None)
-    target = load_model(args.target, dtype=args.dtype, device=args.device)
+    target = load_model(args.target, dtype=args.dtype, device=args.device, tensor_parallel=args.tensor_parallel)
     draft = load_model(args.draft, dtype=args.dtype, device=str(target.device)) if args.draft else None
     cost = (smart_profile(args.profile, target, draft, [args.batch_size])
             if (args.method == "smart" and draft) or args.method == "retrieval-smart" else None)
@@ -272,6 +276,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
             results.append({"prompt": prompt, "completion": tokenizer.decode(row, skip_special_tokens=True)})
         stats.append(out.stats)
     summary = Stats.merge(stats).to_dict()
+    if int(os.environ.get("RANK", "0")):  # under torchrun every rank decodes the same tokens; rank 0 prints
+        return 0
     if args.json:
         print(json.dumps({"method": args.method, "results": results, "stats": summary}, indent=1))
         return 0

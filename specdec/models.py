@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (AutoModelForCausalLM, AutoTokenizer, DistributedConfig, PreTrainedModel,
+                          PreTrainedTokenizerBase)
 
 __all__ = ["DTYPES", "cache_dir", "load_model", "load_tokenizer", "resolve_device", "resolve_name", "smollm2_path"]
 
@@ -24,10 +25,22 @@ def resolve_device(device: str) -> torch.device:
         raise ValueError(f"device: {device!r} is not a torch device") from err
 
 
-def load_model(name_or_path: str, *, dtype: str = "float32", device: str = "auto") -> PreTrainedModel:
-    """An eval-mode causal LM in `dtype` on `device`; `name_or_path` as `resolve_name` reads it."""
+def load_model(name_or_path: str, *, dtype: str = "float32", device: str = "auto",
+               tensor_parallel: bool = False) -> PreTrainedModel:
+    """An eval-mode causal LM in `dtype` on `device`; `name_or_path` as `resolve_name` reads it.
+
+    tensor_parallel: shard it over the processes of a ``torchrun`` launch with the model's own tp plan
+    (transformers puts each rank on its device: ``cuda:LOCAL_RANK`` with GPUs, else the CPU; `device`
+    is not used). Needs ``accelerate`` (the ``tp`` extra).
+    """
     if dtype not in DTYPES:
         raise ValueError(f"dtype: expected one of {sorted(DTYPES)}, got {dtype!r}")
+    if tensor_parallel:
+        if int(os.environ.get("WORLD_SIZE", "1")) < 2:
+            raise ValueError("tensor_parallel: needs several processes: launch with torchrun --nproc_per_node N")
+        config = DistributedConfig(tp_plan="auto")
+        return AutoModelForCausalLM.from_pretrained(resolve_name(name_or_path), dtype=DTYPES[dtype],
+                                                    distributed_config=config).eval()
     model = AutoModelForCausalLM.from_pretrained(resolve_name(name_or_path), dtype=DTYPES[dtype])
     return model.to(resolve_device(device)).eval()
 

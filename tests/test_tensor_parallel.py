@@ -16,6 +16,7 @@ from conftest import make_model, perturbed, ragged_prompts
 from transformers import AutoModelForCausalLM
 
 import specdec
+from specdec.cli import main
 
 pytestmark = [pytest.mark.dist, pytest.mark.hf]
 
@@ -55,6 +56,13 @@ def _cases(root: Path) -> list[dict]:
     return cases
 
 
+def _free_port() -> int:
+    """A free local port for the rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.fixture(scope="module")
 def tp_results(tmp_path_factory) -> tuple[list[dict], list[dict]]:
     root = tmp_path_factory.mktemp("tp")
@@ -67,13 +75,10 @@ def tp_results(tmp_path_factory) -> tuple[list[dict], list[dict]]:
             root / "indivisible")
         cases = _cases(root)
     (root / "cases.json").write_text(json.dumps({"cases": cases, "plans": PLANS}))
-    with socket.socket() as s:  # a free port for the rendezvous
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
         [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={WORLD}",
-                          f"--master_port={port}", str(Path(__file__).with_name("tp_worker.py")), str(root),
+                          f"--master_port={_free_port()}", str(Path(__file__).with_name("tp_worker.py")), str(root),
                           str(root / "result")], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-8000:]
     ranks = [json.loads((root / f"result.rank{r}.json").read_text()) for r in range(WORLD)]
@@ -120,3 +125,21 @@ def test_a_cache_of_the_wrong_head_count_is_refused_not_broadcast():
         cache.update(torch.zeros(1, 2, 3, 16), torch.zeros(1, 2, 3, 16), 0)
     assert cache.tree_len == 0 and not cache.layers[0].keys.any()
     assert specdec.TreeCache.for_model(model, 1, 32).layers[0].keys.shape == (1, 2, 32, 16)
+
+
+def test_cli_generate_tensor_parallel_prints_what_one_process_prints(capsys):
+    args = ["generate", "--target", "demo-target", "--draft", "demo-draft", "--method", "tree", "--prompt",
+            "def add(a, b):", "--prompt", "import os", "--batch-size", "2", "--max-new-tokens", "16", "--json"]
+    assert main(args) == 0
+    single = json.loads(capsys.readouterr().out)["results"]
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={WORLD}",
+                          f"--master_port={_free_port()}", "-m", "specdec.cli", *args, "--tensor-parallel"],
+                         env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-8000:]
+    assert json.loads(run.stdout)["results"] == single  # rank 0 alone prints
+
+
+def test_cli_tensor_parallel_outside_torchrun_is_an_error(capsys, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert main(["generate", "--target", "demo-target", "--method", "ar", "--prompt", "x", "--tensor-parallel"]) == 2
+    assert "tensor_parallel: needs several processes: launch with torchrun" in capsys.readouterr().err
