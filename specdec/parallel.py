@@ -44,11 +44,11 @@ def _tp_plan(model: PreTrainedModel) -> dict[str, str]:
 
 def check_placement(model: PreTrainedModel, what: str = "model") -> None:
     """ValueError naming `what` if specdec cannot decode with `model` as its weights are laid out."""
+    # The parameters' own devices, not hf_device_map (whose entries may read 0, "cuda" or "disk"): an
+    # offloaded weight waits on "meta", so offloading shows up as a second device too.
     devices = {str(p.device) for p in model.parameters()}
-    device_map = getattr(model, "hf_device_map", None) or {}
-    devices |= {str(d) for d in device_map.values()}
     if len(devices) > 1:
-        raise ValueError(f"{what}: its weights are split over {sorted(devices)} (device_map or offloading); "
+        raise ValueError(f"{what}: its weights are split over {sorted(devices)} (device_map; 'meta': offloaded); "
                          "specdec keeps each model on one device per process: load it on one device, or shard "
                          "it with tensor parallelism (from_pretrained(..., distributed_config=DistributedConfig("
                          "tp_plan='auto')) under torchrun)")

@@ -111,7 +111,7 @@ def test_a_model_split_over_devices_is_refused(tmp_path):
     device_map = {"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk", "model.norm": "cpu",
                   "model.rotary_emb": "cpu", "lm_head": "cpu"}
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "m", device_map=device_map, offload_folder=tmp_path / "off")
-    with pytest.raises(ValueError, match=r"target: its weights are split over \['cpu', 'disk', 'meta'\]"):
+    with pytest.raises(ValueError, match=r"target: its weights are split over \['cpu', 'meta'\]"):
         specdec.TreeVerifier(model)
     with pytest.raises(ValueError, match=r"draft: its weights are split"):
         specdec.SpeculativeGenerator(make_model("llama"), specdec.DraftSupplier(model, mode="chain", depth=2))
@@ -143,3 +143,13 @@ def test_cli_tensor_parallel_outside_torchrun_is_an_error(capsys, monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     assert main(["generate", "--target", "demo-target", "--method", "ar", "--prompt", "x", "--tensor-parallel"]) == 2
     assert "tensor_parallel: needs several processes: launch with torchrun" in capsys.readouterr().err
+
+
+def test_a_device_map_onto_one_device_is_served(tmp_path):
+    make_model("llama").save_pretrained(tmp_path / "m")
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "m", device_map={"": "cpu"})
+    ids, mask = ragged_prompts([7, 4], seed=2)
+    out = specdec.SpeculativeGenerator(model, specdec.PromptLookupSupplier()).generate(
+        ids, attention_mask=mask, max_new_tokens=8, eos_token_id=[], pad_token_id=0)
+    ref = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False, eos_token_id=[], pad_token_id=0)
+    assert torch.equal(out.sequences, ref)
