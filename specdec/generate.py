@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from .sampling import Sampling, check_generator
 from .state import DecodeState
 from .suppliers.base import Supplier
 from .tree import TreeBatch
@@ -151,8 +152,9 @@ class GenerateOutput:
 
 
 class SpeculativeGenerator:
-    """Greedy speculative decoding: `supplier` proposes trees, `filter` (optional) prunes them, the
-    target verifies them. Output is identical to ``target.generate(do_sample=False)``."""
+    """Speculative decoding: `supplier` proposes trees, `filter` (optional) prunes them, the target
+    verifies them. Greedy (temperature 0): output identical to ``target.generate(do_sample=False)``;
+    temperature > 0: lossless tree rejection sampling, the target's own sampling distribution."""
 
     def __init__(self, target: PreTrainedModel, supplier: Supplier, filter: TreeFilter | None = None, *,
                  backend: str = "auto", validate_trees: bool = False):
@@ -170,12 +172,19 @@ class SpeculativeGenerator:
             filter.attach(target, supplier)
 
     def generate(self, input_ids: Tensor, attention_mask: Tensor | None = None, max_new_tokens: int = 128,
-                 eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None) -> GenerateOutput:
+                 eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None, *,
+                 temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+                 generator: torch.Generator | None = None) -> GenerateOutput:
+        """temperature 0 is greedy; else sample with transformers' warpers (top_k, top_p), drawing from
+        `generator` (a torch.Generator on the target's device; None: torch's default generator)."""
         t_begin = time.perf_counter()
+        sampling = Sampling(temperature, top_k, top_p)
+        check_generator(generator, self.target.device)
         start, eos, pad = self._check(input_ids, attention_mask, max_new_tokens, eos_token_id, pad_token_id)
         capacity = input_ids.shape[1] + 2 * (max_new_tokens + self.supplier.max_tree_size())
         state = DecodeState.begin(input_ids, start, max_new_tokens=max_new_tokens, capacity=capacity,
-                                  eos_token_ids=eos, pad_token_id=pad)
+                                  eos_token_ids=eos, pad_token_id=pad, sampling=sampling, generator=generator)
+        self.verifier.configure(sampling, generator)
         stats = Stats()
         cache = self.verifier.new_cache(input_ids.shape[0], capacity)
         prompt = PromptBlock(input_ids[:, :-1], start)  # forwarded with the first tree: no separate prefill

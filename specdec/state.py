@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .sampling import GREEDY, Sampling
 from .verify import Acceptance
 
 __all__ = ["DecodeState"]
@@ -29,6 +30,8 @@ class DecodeState:
     new_tokens: [B, max_new_tokens] int64 (host): the tokens emitted so far, pad after EOS.
     num_new, finished: [B] (host).
     capacity:  slots the target cache was sized for; suppliers size their own caches from it.
+    sampling, generator: the call's sampling (greedy by default) and its torch.Generator (or None);
+               suppliers that sample their candidates draw from the same generator as the verifier.
     """
 
     input_ids: Tensor
@@ -43,10 +46,13 @@ class DecodeState:
     eos_token_ids: np.ndarray
     max_new_tokens: int
     capacity: int
+    sampling: Sampling = GREEDY
+    generator: torch.Generator | None = None
 
     @classmethod
     def begin(cls, input_ids: Tensor, start: Tensor, *, max_new_tokens: int, capacity: int,
-              eos_token_ids: list[int], pad_token_id: int) -> "DecodeState":
+              eos_token_ids: list[int], pad_token_id: int, sampling: Sampling = GREEDY,
+              generator: torch.Generator | None = None) -> "DecodeState":
         B, P = input_ids.shape
         host_ids = input_ids.cpu().numpy()
         history = np.full((B, P + capacity), pad_token_id, dtype=np.int64)
@@ -64,6 +70,8 @@ class DecodeState:
             eos_token_ids=np.asarray(eos_token_ids, dtype=np.int64),
             max_new_tokens=max_new_tokens,
             capacity=capacity,
+            sampling=sampling,
+            generator=generator,
         )
 
     @property

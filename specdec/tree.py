@@ -107,6 +107,12 @@ class TreeBatch:
     logp:      [B, T] float32 or None, the supplier's log-prob of tokens[i] given its path (root: 0).
     max_depth: host-side upper bound on every row's depth when the builder knows it (saves a device
                sync when sizing an acceptance); None means "derive it from parents".
+    draft_probs: [B, T, V] float or None. Set only by suppliers that *sample* their candidates: row i is
+               the draft distribution q from which node i's children were drawn one after another without
+               replacement, in node order (leaves: any values). Sampled verification then uses the
+               recursive rule with q; None (every deterministic candidate set, and any tree a filter or
+               other selection rebuilt) means the rule for deterministic trees (`specdec.sampling`).
+               Greedy verification ignores it.
     """
 
     tokens: Tensor  # [B, T] int64
@@ -114,6 +120,7 @@ class TreeBatch:
     num_nodes: Tensor  # [B] int64
     logp: Tensor | None = None  # [B, T] float32
     max_depth: int | None = None
+    draft_probs: Tensor | None = None  # [B, T, V] float
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -232,7 +239,8 @@ class TreeBatch:
         return tree
 
     @classmethod
-    def chain(cls, tokens: Tensor, num_nodes: Tensor, *, logp: Tensor | None = None) -> "TreeBatch":
+    def chain(cls, tokens: Tensor, num_nodes: Tensor, *, logp: Tensor | None = None,
+              draft_probs: Tensor | None = None) -> "TreeBatch":
         """Each row's first `num_nodes[b]` nodes form one chain (root, its child, its grandchild, ...),
         the rest is padding: a draft's catch-up, a draft chain. tokens: [B, T] int64; num_nodes: [B] int64.
 
@@ -242,7 +250,8 @@ class TreeBatch:
         """
         B, T = tokens.shape
         idx = torch.arange(T, device=tokens.device)
-        tree = cls(tokens, (idx - 1).expand(B, T).contiguous(), num_nodes, logp, max_depth=T - 1)
+        tree = cls(tokens, (idx - 1).expand(B, T).contiguous(), num_nodes, logp, max_depth=T - 1,
+                   draft_probs=draft_probs)
         valid = idx[None, :] < num_nodes[:, None]  # [B, T]
         chain_bits, own_bits = _chain_masks(T, tokens.device)  # [T, W] each
         # cached_property reads the instance dict first: seeding it skips the general derivations.
@@ -281,6 +290,11 @@ class TreeBatch:
             raise ValueError(f"num_nodes: expected [{self.batch_size}], got {tuple(self.num_nodes.shape)}")
         if self.logp is not None and self.logp.shape != self.tokens.shape:
             raise ValueError(f"logp: shape {tuple(self.logp.shape)} != tokens {tuple(self.tokens.shape)}")
+        q = self.draft_probs
+        if q is not None and (q.ndim != 3 or q.shape[:2] != self.tokens.shape or not q.is_floating_point()
+                              or q.device != self.tokens.device):
+            raise ValueError(f"draft_probs: expected [B, T, V] float on {self.tokens.device} with B, T = "
+                             f"{tuple(self.tokens.shape)}, got {tuple(q.shape)} {q.dtype} on {q.device}")
 
     def validate(self, vocab_size: int | None = None) -> None:
         """Data checks (one host sync): sizes, topological order, distinct siblings, token range.
@@ -429,5 +443,6 @@ class TreeBatch:
         return root_position.to(torch.int64)[:, None] + self.depth
 
     def with_num_nodes(self, num_nodes: Tensor) -> "TreeBatch":
-        """The same trees cut to `num_nodes` (each <= the current count); for masking finished rows to the root."""
-        return TreeBatch(self.tokens, self.parents, num_nodes, self.logp, self.max_depth)
+        """The same trees cut to `num_nodes` (each <= the current count); for masking finished rows to the root.
+        A row cut to its root keeps no candidate, so `draft_probs` stays valid and is kept."""
+        return TreeBatch(self.tokens, self.parents, num_nodes, self.logp, self.max_depth, self.draft_probs)

@@ -1,4 +1,5 @@
-"""Verification: one target forward over the tree, greedy acceptance on the device, cache compaction.
+"""Verification: one target forward over the tree, acceptance on the device (greedy or lossless sampling),
+cache compaction.
 
 `TreeVerifier` is also the drop-in for pipelines that build their own trees (EAGLE/Medusa buffers):
 build a `TreeBatch` (for example with `TreeBatch.from_ancestor_mask`), call `verify(tree, cache)`, read
@@ -17,7 +18,8 @@ from transformers import DynamicCache, PreTrainedModel
 
 from .attention import TreeAttentionMetadata, install, model_forward, prefill, tree_forward
 from .cache import TreeCache
-from .tree import TreeBatch, pack_bits, prompt_tree_mask, unpack_bits
+from .sampling import GREEDY, Sampling, accept_predicted, check_generator, sample_accept
+from .tree import TreeBatch, prompt_tree_mask
 
 __all__ = ["Acceptance", "PromptBlock", "TreeVerifier", "greedy_accept", "vocab_size"]
 
@@ -68,51 +70,38 @@ def greedy_accept(tree: TreeBatch, logits: Tensor) -> tuple[Tensor, Tensor, Tens
     Returns (tokens [B, L], num_accepted [B], node_index [B, L]) with L = tree.depth_bound + 1, on the
     device and without a host sync.
     """
-    B, T = tree.tokens.shape
-    if T == 1:  # root-only trees (plain decoding): the bonus token alone, in three small ops
-        bonus = logits[:, 0].argmax(-1, keepdim=True)  # [B, 1]
-        zeros = torch.zeros((B, 1), dtype=torch.int64, device=tree.device)
-        return bonus, zeros[:, 0], zeros
-    pred = logits.argmax(-1)  # [B, T]
-    parents = tree._parents
-    correct = (tree.tokens == pred.gather(1, parents.clamp(min=0))) | (parents < 0)
-    wrong = pack_bits(~correct & tree.valid)  # [B, W]
-    anc = tree.ancestor_mask  # [B, T, W]
-    path_ok = ((anc & wrong[:, None, :]) == 0).all(-1) & tree.valid
-    depth = tree.depth
-    best = torch.where(path_ok, depth, -1).argmax(1)  # [B]
-    num_accepted = depth.gather(1, best[:, None])[:, 0]
-    L = tree.depth_bound + 1
-    on_path = unpack_bits(anc.gather(1, best[:, None, None].expand(B, 1, anc.shape[2]))[:, 0], T)  # [B, T]
-    node_index = torch.full((B, L + 1), -1, dtype=torch.int64, device=tree.device)
-    column = torch.where(on_path, depth, L)  # off-path nodes land in a scratch column
-    node_index.scatter_(1, column, torch.arange(T, device=tree.device).expand(B, T).contiguous())
-    node_index = node_index[:, :L]
-    cols = torch.arange(L, device=tree.device)[None, :]
-    nxt = torch.cat([node_index[:, 1:], node_index.new_full((B, 1), -1)], 1)
-    tokens = torch.where(nxt >= 0, tree.tokens.gather(1, nxt.clamp(min=0)), -1)
-    bonus = pred.gather(1, best[:, None])
-    tokens = torch.where(cols == num_accepted[:, None], bonus, tokens)
-    return tokens, num_accepted, node_index
+    return accept_predicted(tree, logits.argmax(-1))
 
 
 class TreeVerifier:
     """Verify candidate trees with an unmodified Hugging Face causal LM.
 
-    temperature 0.0 is greedy verification: the output equals greedy autoregressive decoding.
+    temperature 0.0 is greedy verification: the output equals greedy autoregressive decoding. temperature
+    > 0 (with top_k, top_p: transformers' warpers) is lossless tree rejection sampling (`specdec.sampling`):
+    the emitted tokens follow the target's own sampling distribution; `generator` (a torch.Generator on
+    the target's device, or None for torch's default) makes runs reproducible.
     """
 
-    def __init__(self, target: PreTrainedModel, temperature: float = 0.0, *, backend: str = "auto"):
-        if not isinstance(temperature, (int, float)) or temperature < 0:
-            raise ValueError(f"temperature: expected a number >= 0, got {temperature!r}")
-        if temperature > 0:
-            raise NotImplementedError("temperature > 0: lossless tree rejection sampling is not built yet "
-                                      "(it is the sampling issue on the tracker); use temperature=0.0")
+    def __init__(self, target: PreTrainedModel, temperature: float = 0.0, top_k: int | None = None,
+                 top_p: float | None = None, *, generator: torch.Generator | None = None, backend: str = "auto"):
+        sampling = Sampling(temperature, top_k, top_p)
+        check_generator(generator, target.device)
         install(target, "target")
         self.model = target
-        self.temperature = float(temperature)
+        self.sampling, self.generator = sampling, generator
         self.backend = backend
         self.vocab_size = vocab_size(target)
+
+    @property
+    def temperature(self) -> float:
+        return self.sampling.temperature
+
+    def configure(self, sampling: Sampling = GREEDY, generator: torch.Generator | None = None) -> None:
+        """Sample (or not) from now on with `sampling` and `generator` (checked against the target's device)."""
+        if not isinstance(sampling, Sampling):
+            raise ValueError(f"sampling: expected a specdec Sampling, got {type(sampling).__name__}")
+        check_generator(generator, self.model.device)
+        self.sampling, self.generator = sampling, generator
 
     def new_cache(self, batch_size: int, capacity: int) -> TreeCache:
         return TreeCache.for_model(self.model, batch_size, capacity)
@@ -123,7 +112,7 @@ class TreeVerifier:
 
     def verify(self, tree: TreeBatch, cache: TreeCache | DynamicCache, *, validate: bool = True,
                prompt: PromptBlock | None = None) -> Acceptance:
-        """Forward the tree, accept greedily, keep the accepted path in `cache`.
+        """Forward the tree, accept (greedily or by sampling), keep the accepted path in `cache`.
 
         `cache` is a `TreeCache` (any batch size, ragged rows), or, for pipelines that keep their own,
         a transformers `DynamicCache` with batch size 1 (its layers are cut to the accepted path).
@@ -193,7 +182,10 @@ class TreeVerifier:
         return logits
 
     def _accept(self, tree: TreeBatch, logits: Tensor) -> Acceptance:
-        tokens, num_accepted, node_index = greedy_accept(tree, logits)
+        if self.sampling.greedy:
+            tokens, num_accepted, node_index = greedy_accept(tree, logits)
+        else:
+            tokens, num_accepted, node_index = sample_accept(tree, logits, self.sampling, self.generator)
         L = tokens.shape[1]
         host = torch.cat([num_accepted[:, None], tokens, node_index], 1).cpu().numpy()  # the step's one host sync
         width = int(host[:, 0].max()) + 1

@@ -95,9 +95,8 @@ def test_prompt_longer_than_positions(target):
 
 
 def test_temperature(target):
-    with pytest.raises(NotImplementedError, match="lossless tree rejection sampling"):
-        TreeVerifier(target, temperature=0.7)
-    with pytest.raises(ValueError, match="temperature: expected a number >= 0"):
+    assert TreeVerifier(target, temperature=0.7).temperature == 0.7  # sampling: tests/test_sampling.py
+    with pytest.raises(ValueError, match="temperature: expected a finite number >= 0"):
         TreeVerifier(target, temperature=-1.0)
 
 

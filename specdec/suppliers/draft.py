@@ -20,6 +20,7 @@ from ..attention import install, prefill, tree_forward
 from ..cache import TreeCache
 from ..state import DecodeState
 from ..tree import TreeBatch, pack_bits
+from ..sampling import sample
 from ..verify import Acceptance, vocab_size
 from .base import Supplier
 
@@ -106,9 +107,13 @@ class DraftRunner:
 class DraftSupplier(Supplier):
     """Candidates from a smaller model sharing the target's tokenizer.
 
-    mode="chain": the draft's greedy continuation of `depth` tokens (topk and total_tokens unused).
+    mode="chain": the draft's greedy continuation of `depth` tokens (topk and total_tokens unused); when
+                  the call samples (temperature > 0), each token is instead *sampled* from the draft's
+                  distribution under the same warpers, and the tree carries those distributions
+                  (`TreeBatch.draft_probs`) for the recursive rejection rule.
     mode="tree":  depth layers, top-`topk` children per frontier node, the best `total_tokens` nodes
-                  (root included) kept by path probability.
+                  (root included) kept by path probability. Deterministic also when sampling, so it is
+                  verified with the rule for deterministic candidate sets.
     """
 
     def __init__(self, draft: PreTrainedModel, mode: str = "tree", depth: int = 5, topk: int = 4,
@@ -142,6 +147,8 @@ class DraftSupplier(Supplier):
         self.runner.commit(acc)
 
     def propose(self, state: DecodeState) -> TreeBatch:
+        if self.mode == "chain" and not state.sampling.greedy:
+            return self._sample_chain(state)
         B, k, device = state.batch_size, self.topk, state.root.device
         root_logp = torch.log_softmax(self.runner.catch_up().float(), dim=-1)
         logp, tok = root_logp.topk(k, dim=-1)  # [B, k]
@@ -166,6 +173,28 @@ class DraftSupplier(Supplier):
             parent_slot = (d - 1) * k + best // k
             frontier = sum(t.shape[1] for t in pool_tok[:-1]) + best
         return self._select(torch.cat(pool_tok, 1), torch.cat(pool_par, 1), torch.cat(pool_logp, 1))
+
+    def _sample_chain(self, state: DecodeState) -> TreeBatch:
+        """A chain of `depth` tokens, each drawn from the draft's warped distribution q at its parent with
+        the call's generator; ``draft_probs[:, i]`` is that q (the leaf's row: zeros, it has no child).
+        logp holds the draft's unwarped path log-probs, as greedy chains write them (ValuSpec reads them)."""
+        B, device = state.batch_size, state.root.device
+        logits = self.runner.catch_up()  # [B, V]
+        tokens, probs, logp = [state.root], [], [torch.zeros(B, device=device)]
+        self.runner.begin_tree(1, self.depth - 1)
+        for d in range(1, self.depth + 1):
+            q = state.sampling.probs(logits)  # [B, V]
+            x = sample(q, state.generator)  # [B]
+            tokens.append(x)
+            probs.append(q)
+            logp.append(logp[-1] + torch.log_softmax(logits.float(), -1).gather(1, x[:, None])[:, 0])
+            if d < self.depth:  # the leaf is not forwarded: nothing is drawn below it
+                parent = None if d == 1 else torch.full((B, 1), d - 2, dtype=torch.int64, device=device)
+                logits = self.runner.forward_layer(x[:, None], parent)[:, 0]
+        probs.append(torch.zeros_like(probs[-1]))
+        num_nodes = torch.full((B,), self.depth + 1, dtype=torch.int64, device=device)
+        return TreeBatch.chain(torch.stack(tokens, 1), num_nodes, logp=torch.stack(logp, 1),
+                               draft_probs=torch.stack(probs, 1))
 
     def _select(self, tok: Tensor, par: Tensor, logp: Tensor) -> TreeBatch:
         """Keep the root and the best `total_tokens - 1` pool nodes, renumbered in creation order."""
