@@ -15,9 +15,10 @@ from .calibration import DEFAULT_WINDOW, Calibration, cached_calibration
 from .datastore import Datastore, stdlib_datastore
 from .models import load_model, load_tokenizer
 from .profiling import DEFAULT_SIZES, Profile, cached_profile
+from .sampling import Sampling
 from .valuspec import ValuSpecFilter
 
-__all__ = ["AUTO_PROFILE", "evaluate", "load_datastore", "print_table", "smart_profile"]
+__all__ = ["AUTO_PROFILE", "evaluate", "load_datastore", "print_table", "sampling_options", "smart_profile"]
 
 AUTO_PROFILE = dict(context_len=256, sizes=DEFAULT_SIZES[:-1], repeats=3)
 
@@ -31,6 +32,18 @@ def load_datastore(path: Path | None, tokenizer, target_name: str, stdlib_files:
         return stdlib_datastore(tokenizer, max_files=stdlib_files)
     raise ValueError("--datastore: method 'retrieval' needs a datastore built with the target's tokenizer "
                      "(specdec datastore build)")
+
+
+def sampling_options(args: argparse.Namespace) -> tuple[Sampling, int | None]:
+    """The `Sampling` of --temperature, --top-k, --top-p and the --seed; ValueError naming the flag."""
+    try:
+        sampling = Sampling(args.temperature, args.top_k, args.top_p)
+    except ValueError as err:
+        name, _, rest = str(err).partition(":")
+        raise ValueError(f"--{name.replace('_', '-')}:{rest}") from None
+    if args.seed is not None and args.seed < 0:
+        raise ValueError(f"--seed: expected an int >= 0, got {args.seed}")
+    return sampling, args.seed
 
 
 def smart_profile(path: Path | None, target, draft, batch_sizes: list[int]) -> Profile:
@@ -66,6 +79,7 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
     """Run methods x prompt sets x batch sizes on one model pair; results carry speedup and identity vs AR."""
     if args.max_new_tokens <= 0:
         raise ValueError(f"--max-new-tokens: expected > 0, got {args.max_new_tokens}")
+    sampling, seed = sampling_options(args)
     if any(b <= 0 for b in args.batch_sizes):
         raise ValueError(f"--batch-sizes: expected sizes > 0, got {args.batch_sizes}")
     tokenizer = load_tokenizer(target_name)
@@ -105,18 +119,20 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
         filt = ValuSpecFilter(draft, calibration) if m.endswith("+valuspec") else None
         harness.run_method(target, supplier, encoded[ps][:bs], batch_size=bs, max_new_tokens=4, method=m,
                            prompt_set=ps, pad_token_id=tokenizer.pad_token_id, eos_token_id=None,
-                           filter=filt)  # warm-up
+                           filter=filt, sampling=sampling, seed=seed)  # warm-up
         if method == "smart":
             supplier.trace.clear()  # its predictions are reported for the measured run only
         result, out = harness.run_method(target, supplier, encoded[ps], batch_size=bs, max_new_tokens=args.max_new_tokens,
                                          pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                                         method=m, prompt_set=ps, filter=filt, repeats=getattr(args, "repeats", 1))
+                                         method=m, prompt_set=ps, filter=filt, repeats=getattr(args, "repeats", 1),
+                                         sampling=sampling, seed=seed)
         if method == "smart":
             vars(result).update(supplier.predicted())
         results.append(result)
         outputs[(m, ps, bs)] = out
-    harness.compare_to_ar(results, outputs)
+    harness.compare_to_ar(results, outputs, identity=sampling.greedy)  # sampled outputs are draws, not AR's
     env = {**harness.environment(), "target": target_name, "draft": draft_name, "dtype": args.dtype,
+           "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p, "seed": seed,
            "max_new_tokens": args.max_new_tokens, "tree": {"depth": args.depth, "topk": args.topk,
                                                            "total_tokens": args.total_tokens},
            "prompts_left_out_too_long": skipped}

@@ -23,6 +23,7 @@ from .cost import CostModel
 from .datastore import Datastore
 from .generate import SpeculativeGenerator, Stats, TreeFilter
 from .profiling import Profile
+from .sampling import GREEDY, Sampling
 from .suppliers import ARSupplier, DraftSupplier, PromptLookupSupplier, RetrievalSupplier, SmartSupplier, Supplier
 
 __all__ = ["METHODS", "PROMPT_SETS", "MethodResult", "environment", "load_prompts", "make_supplier", "smart_variant",
@@ -192,13 +193,16 @@ def fit(token_lists: list[list[int]], model: PreTrainedModel, max_new_tokens: in
 
 def run_method(target: PreTrainedModel, supplier: Supplier, prompts: list[list[int]], *, batch_size: int,
                max_new_tokens: int, pad_token_id: int, eos_token_id: int | None, method: str,
-               prompt_set: str, filter: TreeFilter | None = None,
-               repeats: int = 1) -> tuple[MethodResult, list[list[int]]]:
+               prompt_set: str, filter: TreeFilter | None = None, repeats: int = 1,
+               sampling: Sampling = GREEDY, seed: int | None = None) -> tuple[MethodResult, list[list[int]]]:
     """Generate for every prompt in batches (left padding); returns the result and each new-token list.
 
     repeats: each batch is generated that many times and its fastest run counts (best of N: on a shared
     CPU identical runs vary by tens of percent, and the minimum is the least disturbed estimate); the
-    outputs and stats are the first run's (greedy decoding repeats them exactly).
+    outputs and stats are the first run's (greedy decoding repeats them exactly, and so does sampling
+    with a seed).
+    sampling, seed: temperature > 0 samples; the batch starting at prompt i draws from a generator
+    seeded with ``seed + i`` (None: torch's default generator, unseeded).
     """
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats: expected an int >= 1, got {repeats!r}")
@@ -213,10 +217,12 @@ def run_method(target: PreTrainedModel, supplier: Supplier, prompts: list[list[i
         runs = []
         with torch.inference_mode():
             for _ in range(repeats):
+                rng = None if seed is None else torch.Generator(device=target.device).manual_seed(seed + i)
                 t0 = time.perf_counter()
                 out = generator.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens,
                                          eos_token_id=[] if eos_token_id is None else eos_token_id,
-                                         pad_token_id=pad_token_id)
+                                         pad_token_id=pad_token_id, temperature=sampling.temperature,
+                                         top_k=sampling.top_k, top_p=sampling.top_p, generator=rng)
                 runs.append((time.perf_counter() - t0, out))  # generate ends with a host sync: the work is done
         seconds += min(t for t, _ in runs)
         out = runs[0][1]
@@ -232,12 +238,17 @@ def run_method(target: PreTrainedModel, supplier: Supplier, prompts: list[list[i
     return result, outputs
 
 
-def compare_to_ar(results: list[MethodResult], outputs: dict[tuple, list[list[int]]]) -> None:
-    """Fill speedup and identity against the AR result of the same prompt set and batch size."""
+def compare_to_ar(results: list[MethodResult], outputs: dict[tuple, list[list[int]]], identity: bool = True) -> None:
+    """Fill speedup and identity against the AR result of the same prompt set and batch size.
+
+    identity=False (sampled runs, whose outputs are draws, not AR's tokens): speedups only, identity None.
+    """
     for r in results:
         key = (r.prompt_set, r.batch_size)
         ar = next(x for x in results if x.method == "ar" and (x.prompt_set, x.batch_size) == key)
         r.speedup_vs_ar = r.tokens_per_second / ar.tokens_per_second if ar.tokens_per_second else None
+        if not identity:
+            continue
         ours, ar_out = outputs[(r.method,) + key], outputs[("ar",) + key]
         firsts = [first_difference(a, b) for a, b in zip(ours, ar_out)]
         r.first_difference_at = [f for f in firsts if f is not None]
