@@ -34,10 +34,26 @@ job() {
   ( s=$(date +%s); "$@" >"$OUT/$name.log" 2>&1; rc=$?; echo $rc >"$OUT/$name.rc"
     echo "  $name: $([ $rc = 0 ] && echo ok || echo FAILED) ($(( $(date +%s) - s )) s)" ) &
 }
-throttle() { while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-2}" ]; do wait -n; done; }
+report() {
+  status=0
+  for rc in "$OUT"/*.rc; do
+    name=$(basename "$rc" .rc)
+    if [ "$(cat "$rc")" != 0 ]; then status=1; echo "---- $name"; head -c 4000 "$OUT/$name.log"; fi
+  done
+  grep -h "passed" "$OUT/host_test.log" 2>/dev/null
+  echo "== check_cuda_compile: $([ $status = 0 ] && echo OK || echo FAILED) in $(( $(date +%s) - started )) s"
+}
+# Stop at the first failure (its log is printed below): kill the other jobs of this script and wait them out.
+failfast() {
+  if grep -qv '^0$' "$OUT"/*.rc 2>/dev/null; then
+    for pid in $(jobs -rp); do pkill -TERM -P "$pid" 2>/dev/null; kill "$pid" 2>/dev/null; done
+    wait; report; exit 1
+  fi
+}
+throttle() { while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-2}" ]; do wait -n; failfast; done; }
 
 echo "== check_cuda_compile ($(nvcc --version | tail -1 | cut -c1-40); torch $("$PYTHON" -c 'import torch; print(torch.__version__)'))"
-# Longest first (tree attention's 24 kernels x 2 targets), so the rest fills the other core.
+# Longest first (tree attention: 18 kernels x 2 targets), so the rest fills the other core.
 for op in TREE_ATTENTION SMART_EXPAND LOGPROB; do
   job "kernels_${op,,}_sm80_sm90" nvcc -c "${NVFLAGS[@]}" -Werror all-warnings "${ARCHS[@]}" -DSPECDEC_CHECK_$op \
       "$CSRC/check/instantiate.cu" -o "$OUT/$op.o"
@@ -51,13 +67,7 @@ job launchers nvcc -c "${NVFLAGS[@]}" -arch=sm_90 -fdevice-syntax-only -diag-sup
 throttle
 job bindings g++ -std=c++17 -fsyntax-only -Wall -Werror -Wno-c++20-extensions "${TORCHINC[@]}" -isystem "$PYINC" \
     -isystem "$CUDA_HOME/include" "$CSRC/bindings.cpp"
-wait
+while [ -n "$(jobs -rp)" ]; do wait -n; failfast; done
 
-status=0
-for rc in "$OUT"/*.rc; do
-  name=$(basename "$rc" .rc)
-  if [ "$(cat "$rc")" != 0 ]; then status=1; echo "---- $name"; head -c 4000 "$OUT/$name.log"; fi
-done
-grep -h "passed" "$OUT/host_test.log" 2>/dev/null
-echo "== check_cuda_compile: $([ $status = 0 ] && echo OK || echo FAILED) in $(( $(date +%s) - started )) s"
+report
 exit $status

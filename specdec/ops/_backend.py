@@ -4,12 +4,15 @@
 torch path (`torch.nn.functional.scaled_dot_product_attention` over the live cache region, in the
 inputs' dtype); the other ops have no such path. "triton": the Triton kernel, on a CUDA device, or on the
 CPU under Triton's interpreter (``TRITON_INTERPRET=1`` set before triton is imported; tests use it).
-"auto": triton for CUDA tensors when Triton is importable; otherwise the op's fast torch path where it
-has one (tree attention: sdpa), else the reference.
+"cuda": the CUDA C++ kernels of the compiled extension ``specdec._C`` (csrc/), CUDA tensors only.
+"auto": for CUDA tensors, cuda when the extension is built (and the op's kernel handles the shapes),
+else triton when Triton is importable; otherwise the op's fast torch path where it has one (tree
+attention: sdpa), else the reference.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import os
@@ -19,7 +22,7 @@ from types import ModuleType
 
 import torch
 
-BACKENDS = ("auto", "torch", "sdpa", "triton")
+BACKENDS = ("auto", "torch", "sdpa", "triton", "cuda")
 
 
 def triton_runnable(device: torch.device) -> bool:
@@ -29,23 +32,53 @@ def triton_runnable(device: torch.device) -> bool:
     return device.type == "cuda" or (device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")
 
 
-def resolve_backend(backend: str, device: torch.device, *, fast_torch: str | None = None) -> str:
+def cuda_extension_built() -> bool:
+    """Whether the compiled extension ``specdec._C`` is installed (looked up, not loaded: no CUDA init)."""
+    return _find_extension()
+
+
+@functools.cache
+def _find_extension() -> bool:
+    try:
+        return importlib.util.find_spec("specdec._C") is not None
+    except ModuleNotFoundError:  # specdec itself not importable as a package (never in practice)
+        return False
+
+
+def resolve_backend(backend: str, device: torch.device, *, fast_torch: str | None = None,
+                    cuda_unsupported: str | None = None) -> str:
     """The backend an op runs on for tensors on `device`; ValueError for unknown or unrunnable choices.
 
     fast_torch: the op's production torch path ("sdpa" for tree attention), which `auto` picks where
     Triton cannot run; None for ops whose reference is their only torch path.
+    cuda_unsupported: why the CUDA kernel cannot serve this call (an op without one, shapes beyond its
+    limits), completing "backend: 'cuda' ..."; `auto` then passes over it, and an explicit "cuda" is a
+    ValueError saying so. None when it can.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend: {backend!r} is not one of {BACKENDS}")
     if backend == "auto":
-        if device.type == "cuda" and triton_runnable(device):
-            return "triton"
+        if device.type == "cuda":
+            if cuda_unsupported is None and cuda_extension_built():
+                return "cuda"
+            if triton_runnable(device):
+                return "triton"
         return fast_torch or "torch"
-    if backend not in ("torch", "triton") and backend != fast_torch:
-        raise ValueError(f"backend: {backend!r} is tree attention's fast path; this op runs on 'torch' or 'triton'")
+    if backend not in ("torch", "triton", "cuda") and backend != fast_torch:
+        raise ValueError(f"backend: {backend!r} is tree attention's fast path; this op runs on 'torch', 'triton' "
+                         "or 'cuda'")
     if backend == "triton" and not triton_runnable(device):
         raise ValueError(f"backend: 'triton' cannot run on {device}: it needs a CUDA device, or the CPU with "
                          "TRITON_INTERPRET=1 set before triton is imported, and the triton package installed")
+    if backend == "cuda":
+        if cuda_unsupported is not None:
+            raise ValueError(f"backend: 'cuda' {cuda_unsupported}")
+        if device.type != "cuda":
+            raise ValueError(f"backend: 'cuda' cannot run on {device}: the CUDA kernels need tensors on a CUDA device")
+        if not cuda_extension_built():
+            raise ValueError("backend: 'cuda' needs the compiled extension specdec._C, which this install lacks; "
+                             "build it on a machine with a CUDA build of torch and nvcc: "
+                             "SPECDEC_BUILD_CUDA=1 pip install --no-build-isolation .")
     return backend
 
 

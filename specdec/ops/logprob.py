@@ -3,7 +3,8 @@
 A branch's score is the mean log-prob of its tokens under a small scorer LM: `token_logprob` gives each
 tree node's log-prob from the scorer's final hidden state at the node's parent (never writing the
 [N, V] logits), `path_mean` averages them along root-to-node paths; a branch's score is the value at its
-leaf. The Triton kernels live in ``kernels/logprob.py``.
+leaf. The Triton kernels live in ``kernels/logprob.py``, the CUDA ones in ``csrc/logprob.cuh``
+(``torch.ops.specdec.*``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import _cuda
 from ._backend import kernel_module, resolve_backend
 
 __all__ = ["token_logprob", "token_logprob_ref", "token_logprob_from_logits", "token_logprob_from_logits_ref",
@@ -22,6 +24,7 @@ __all__ = ["token_logprob", "token_logprob_ref", "token_logprob_from_logits", "t
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 _INTS = (torch.int32, torch.int64)
+_CUDA_MAX_PATH_NODES = 8192  # path_mean's CUDA kernel keeps a row in shared memory (csrc/logprob.cuh)
 
 
 def token_logprob(
@@ -60,8 +63,12 @@ def token_logprob(
     for name, t in (("weight", weight), ("bias", bias)):
         if t is not None and t.device != hidden.device:
             raise ValueError(f"{name}: on {t.device}, hidden on {hidden.device}")
-    if resolve_backend(backend, hidden.device) == "torch":
+    resolved = resolve_backend(backend, hidden.device)
+    if resolved == "torch":
         return token_logprob_ref(hidden, weight, targets, bias=bias)
+    if resolved == "cuda":  # 64 x 64 logit tiles (csrc/logprob.cuh), vocabulary splits to fill the device
+        splits, _ = _splits(hidden.device, max(1, math.ceil(N / 64)), math.ceil(V / 64))
+        return _cuda.ops().token_logprob(hidden, weight, targets, bias, splits)
     out = torch.empty(N, dtype=torch.float32, device=hidden.device)
     if N == 0:
         return out
@@ -90,8 +97,11 @@ def token_logprob_from_logits(logits: Tensor, targets: Tensor, *, validate: bool
         raise TypeError(f"logits: expected fp16/bf16/fp32, got {logits.dtype}")
     N, V = logits.shape
     _check_targets(targets, N, V, logits.device, validate)
-    if resolve_backend(backend, logits.device) == "torch":
+    resolved = resolve_backend(backend, logits.device)
+    if resolved == "torch":
         return token_logprob_from_logits_ref(logits, targets)
+    if resolved == "cuda":
+        return _cuda.ops().token_logprob_from_logits(logits, targets)
     out = torch.empty(N, dtype=torch.float32, device=logits.device)
     if N == 0:
         return out
@@ -134,8 +144,12 @@ def path_mean(logp: Tensor, parents: Tensor, num_nodes: Tensor, *, validate: boo
             raise ValueError(f"{name}: on {t.device}, logp on {logp.device}")
     if validate:
         _validate_tree(parents, num_nodes)
-    if resolve_backend(backend, logp.device) == "torch":
+    resolved = resolve_backend(backend, logp.device, cuda_unsupported=None if T <= _CUDA_MAX_PATH_NODES else
+                               f"handles up to {_CUDA_MAX_PATH_NODES} nodes per row, got {T}")
+    if resolved == "torch":
         return path_mean_ref(logp, parents, num_nodes)
+    if resolved == "cuda":
+        return _cuda.ops().path_mean(logp, parents, num_nodes)
     out = torch.empty(B, T, dtype=torch.float32, device=logp.device)
     if B:
         block_t = 1 << (T - 1).bit_length()

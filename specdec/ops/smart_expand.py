@@ -2,7 +2,7 @@
 
 One call grows every row's tree by one layer (DESIGN 4 K2, 5 SMART). The launcher checks shapes, dtypes
 and devices (cheap, always), allocates and dispatches on ``backend``; the Triton kernels live in
-``kernels/smart_expand.py``.
+``kernels/smart_expand.py``, the CUDA ones in ``csrc/smart_expand.cuh`` (``torch.ops.specdec.smart_expand``).
 
 Cost model. ``cost`` is a float32 tensor [5] on the logits' device, ``(c0, lambda, gamma, delta, rho)``
 (`COST_FIELDS`), the fitted coefficients of the step time of a tree of n nodes::
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from . import _cuda
 from ._backend import kernel_module, resolve_backend
 
 __all__ = ["Expansion", "COST_FIELDS", "smart_cost", "smart_expand", "smart_expand_ref"]
@@ -32,6 +33,8 @@ _INTS = (torch.int32, torch.int64)
 # Vocabulary tile of the top-k kernel. 1024 fp16 logits per step keeps a 4-warp program busy on a GPU;
 # under the CPU interpreter tests shrink it to cover several tiles with tiny vocabularies.
 BLOCK_V = 1024
+# The CUDA kernels' limits (csrc/smart_expand.cuh): children per slot, candidates per row.
+_CUDA_MAX_K, _CUDA_MAX_CANDIDATES = 1024, 8192
 
 
 @dataclass(frozen=True)
@@ -104,10 +107,16 @@ def smart_expand(
     """
     _check(logits, frontier_logp, tree_size, expected_len, num_paths, cost, k=k, alpha=alpha, budget=budget,
            benefit=benefit)
-    if resolve_backend(backend, logits.device) == "torch":
+    B, F, V = logits.shape
+    limits = None if k <= _CUDA_MAX_K and F * k <= _CUDA_MAX_CANDIDATES else \
+        f"handles k <= {_CUDA_MAX_K} and F * k <= {_CUDA_MAX_CANDIDATES}, got k {k}, F * k {F * k}"
+    resolved = resolve_backend(backend, logits.device, cuda_unsupported=limits)
+    if resolved == "torch":
         return smart_expand_ref(logits, frontier_logp, tree_size, expected_len, num_paths, cost, k=k, alpha=alpha,
                                 budget=budget, benefit=benefit)
-    B, F, V = logits.shape
+    if resolved == "cuda":
+        return Expansion(*_cuda.ops().smart_expand(logits, frontier_logp, tree_size, expected_len, num_paths, cost,
+                                                   k, float(alpha), budget, benefit == "paper"))
     kern = kernel_module("smart_expand")
     device = logits.device
     flogp = frontier_logp.contiguous()

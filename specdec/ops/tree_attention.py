@@ -2,8 +2,9 @@
 
 The launcher checks shapes, dtypes and devices (cheap, always) and dispatches on ``backend``: the
 reference `tree_attention_ref` (the oracle), the production torch path `tree_attention_sdpa` (torch's
-SDPA over the live cache region, planned once per forward by `sdpa_plan`), or the Triton kernels of
-``kernels/tree_attention.py`` (tiles and prefix splits picked here, from shapes only: no host sync).
+SDPA over the live cache region, planned once per forward by `sdpa_plan`), the Triton kernels of
+``kernels/tree_attention.py``, or the CUDA kernel ``torch.ops.specdec.tree_attention`` (csrc/); prefix
+splits are picked here, from shapes only: no host sync.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..tree import unpack_bits
+from . import _cuda
 from ._backend import kernel_module, resolve_backend
 
 __all__ = ["tree_attention", "tree_attention_ref", "tree_attention_sdpa", "tree_attention_mask", "SdpaPlan", "sdpa_plan"]
@@ -27,7 +29,8 @@ _LOG2E = 1.4426950408889634
 # than one wave of SMs, keep at least this many cache slots per split, and at most this many splits.
 # Untuned guesses (written without a GPU); bench/bench_tree_attention.py is where to tune them.
 _MIN_SLOTS_PER_SPLIT = 256
-_MAX_SPLITS = 32
+_MAX_SPLITS = 32  # also the most the CUDA merge kernel takes
+_CUDA_MAX_HEAD_DIM = 256
 
 
 def tree_attention(
@@ -61,9 +64,9 @@ def tree_attention(
     prefix, the root (slot length) and itself (slot length + 2), not its sibling.
     Returns [B, Hq, T, D] in q's dtype (written to `out` when given); accumulation is fp32.
 
-    num_splits: Triton backend only: how many programs share each row's prefix, their partial results
+    num_splits: Triton and CUDA backends: how many programs share each row's prefix, their partial results
                merged by log-sum-exp. None picks it from B * Hkv and S (1 off CUDA); an int forces it
-               (tests force the split path on the CPU).
+               (tests force the split path on the CPU; the CUDA kernel takes at most 32).
     plan:      sdpa backend only: the live slot count and dense mask from `sdpa_plan`, built once per
                forward and shared by every layer; None plans here over the whole buffer.
     """
@@ -97,7 +100,10 @@ def tree_attention(
         plan.check(B, T, k.shape[2], device)
     scale = D**-0.5 if scale is None else float(scale)
 
-    resolved = resolve_backend(backend, device, fast_torch="sdpa")
+    resolved = resolve_backend(backend, device, fast_torch="sdpa", cuda_unsupported=None if D <= _CUDA_MAX_HEAD_DIM
+                               else f"handles head dims up to {_CUDA_MAX_HEAD_DIM}, got {D}")
+    if resolved == "cuda":
+        return _tree_attention_cuda(q, k, v, start, length, tree_mask, scale, out, num_splits)
     if resolved == "triton":
         return _tree_attention_triton(q, k, v, start, length, tree_mask, scale, out, num_splits)
     if resolved == "sdpa":
@@ -264,6 +270,22 @@ def _tree_attention_triton(
         part, lse, out, Hq, T, D, splits, *part.stride(), *lse.stride(), *out.stride(),
         BLOCK_SPLITS=_next_power_of_2(splits), BLOCK_D=block_d)
     return out
+
+
+def _tree_attention_cuda(
+    q: Tensor, k: Tensor, v: Tensor, start: Tensor, length: Tensor, tree_mask: Tensor, scale: float,
+    out: Tensor | None, num_splits: int | None,
+) -> Tensor:
+    """Pick the prefix splits (the row tile csrc/tree_attention.cuh uses) and call the CUDA op."""
+    B, Hq, T, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    rows = Hq // Hkv * T
+    block_m = 16 if rows <= 16 else 64 if q.dtype != torch.float32 and D <= 128 else 32
+    if num_splits is not None and num_splits > _MAX_SPLITS:
+        raise ValueError(f"num_splits: the CUDA kernel merges at most {_MAX_SPLITS} splits, got {num_splits}")
+    splits = num_splits if num_splits is not None else _pick_num_splits(B * Hkv * math.ceil(rows / block_m), S, q.device)
+    result = _cuda.ops().tree_attention(q, k, v, start, length, tree_mask, scale, splits)
+    return result if out is None else out.copy_(result)
 
 
 def _tile_config(dtype: torch.dtype, rows: int, D: int) -> tuple[int, int, int, int]:

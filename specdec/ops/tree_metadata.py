@@ -41,7 +41,8 @@ def tree_metadata(parents: Tensor, num_nodes: Tensor, *, backend: str = "auto") 
         raise ValueError(f"num_nodes: expected [{B}] int64, got {tuple(num_nodes.shape)} {num_nodes.dtype}")
     if num_nodes.device != parents.device:
         raise ValueError(f"num_nodes: on {num_nodes.device}, parents on {parents.device}")
-    if resolve_backend(backend, parents.device) == "torch" or (backend == "auto" and T > MAX_KERNEL_NODES):
+    if resolve_backend(backend, parents.device, cuda_unsupported="has no kernel for tree_metadata: use 'triton' or "
+                       "'torch'") == "torch" or (backend == "auto" and T > MAX_KERNEL_NODES):
         tree = TreeBatch(parents, parents, num_nodes)  # tokens are not read by these derivations
         return tree._depth_torch(), tree._ancestor_mask_torch()
     if T > MAX_KERNEL_NODES:
