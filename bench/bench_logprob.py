@@ -5,6 +5,7 @@
 Providers, each on the same bf16 hidden states [N, d], LM head [V, d] and targets [N]:
 - ours:  `ops.token_logprob(backend="triton")`: tiles over V with a running log-sum-exp, never writes
          the [N, V] logits, deterministic merge of the vocabulary splits;
+- cuda:  `ops.token_logprob(backend="cuda")`: the CUDA C++ kernel (csrc/), when specdec._C is built;
 - torch: `ops.token_logprob_ref`: ``log_softmax((hidden @ W.T).float()).gather`` (writes [N, V] twice);
 - liger: Liger-Kernel's fused linear cross entropy with reduction="none" (its loss is -logprob), when
          `liger_kernel` is installed.
@@ -33,8 +34,9 @@ H200_BF16_DENSE_FLOPS = 989e12  # dense bf16 tensor-core peak, NVIDIA H200 SXM d
 DTYPE = torch.bfloat16
 NODES, VOCABS, WIDTHS = (64, 1024), (32000, 152064), (896, 4096)
 CPU_CASE = (64, 8192, 256, torch.float32)  # (N, V, d, dtype) of the torch provider on a CPU
-PROVIDERS = ("torch", "ours", "liger")
+PROVIDERS = ("torch", "ours", "cuda", "liger")
 HAS_LIGER = importlib.util.find_spec("liger_kernel") is not None
+HAS_CUDA_EXT = importlib.util.find_spec("specdec._C") is not None
 
 
 def cases() -> list[tuple[str, int, int, int, torch.dtype]]:
@@ -58,6 +60,8 @@ def make_inputs(N: int, V: int, d: int, dtype: torch.dtype, device: str) -> tupl
 def provider_fn(provider: str, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor):
     if provider == "ours":
         return functools.partial(ops.token_logprob, hidden, weight, targets, backend="triton")
+    if provider == "cuda":
+        return functools.partial(ops.token_logprob, hidden, weight, targets, backend="cuda")
     if provider == "torch":
         return functools.partial(ops.token_logprob_ref, hidden, weight, targets)
     if provider == "liger":
@@ -78,6 +82,8 @@ def test_token_logprob(benchmark, provider, N, V, d, dtype):
         pytest.skip("GPU provider or shape: no CUDA device here (the CPU runs only the reference at one shape)")
     if provider == "liger" and not HAS_LIGER:
         pytest.skip("liger_kernel is not installed")
+    if provider == "cuda" and not HAS_CUDA_EXT:
+        pytest.skip("the CUDA extension specdec._C is not built")
     fn = provider_fn(provider, *make_inputs(N, V, d, dtype, "cuda" if cuda else "cpu"))
     memory = peak_memory(fn) if cuda else {}
     row = measure(benchmark, fn, rounds=20, warmup=3, op="token_logprob", provider=provider, dtype=str(dtype),

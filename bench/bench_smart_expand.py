@@ -7,6 +7,8 @@ logits in bf16 over V = 32000 (Llama 2) or 128256 (Llama 3).
 - ours:  `ops.smart_expand(backend="triton")`: one streaming pass over the logits (running log-sum-exp
          and top-k per frontier slot), then one program per row sorts the F*k candidates and runs the
          prefix test;
+- cuda:  `ops.smart_expand(backend="cuda")`: the CUDA C++ kernels (radix-select top-k, then the same
+         per-row test), when specdec._C is built;
 - torch: `ops.smart_expand_ref`: fp32 copy, int64 tie-break keys, topk, log_softmax, sort, cumsum.
 The CPU runs only the torch provider at one small shape, so the file runs anywhere.
 
@@ -18,6 +20,7 @@ workspace above the inputs; `vs_torch` is the speedup over the torch provider me
 from __future__ import annotations
 
 import functools
+import importlib.util
 
 import pytest
 import torch
@@ -31,13 +34,14 @@ VOCABS = (32000, 128256)
 DTYPE = torch.bfloat16
 CPU_CASE = (2, 8, 4, 1000, torch.float32)  # (B, F, k, V, dtype) of the torch provider on a CPU
 ARGS = dict(alpha=0.8, budget=64, benefit="paper")
+HAS_CUDA_EXT = importlib.util.find_spec("specdec._C") is not None
 
 
 def cases() -> list[tuple[str, int, int, int, int, torch.dtype]]:
     """(provider, B, F, k, V, dtype); torch first at each shape so `vs_torch` has its baseline."""
     out = [("torch", *CPU_CASE)]
     for V in VOCABS:
-        out += [("torch", B, F, K, V, DTYPE), ("ours", B, F, K, V, DTYPE)]
+        out += [("torch", B, F, K, V, DTYPE), ("ours", B, F, K, V, DTYPE), ("cuda", B, F, K, V, DTYPE)]
     return out
 
 
@@ -63,9 +67,11 @@ def test_smart_expand(benchmark, provider, b, f, k, v, dtype):
     cuda = torch.cuda.is_available()
     if not cuda and (b, f, k, v, dtype) != CPU_CASE:
         pytest.skip("GPU provider or shape: no CUDA device here (the CPU runs only the reference at one shape)")
+    if provider == "cuda" and not HAS_CUDA_EXT:
+        pytest.skip("the CUDA extension specdec._C is not built")
     x = make_inputs(b, f, v, dtype, "cuda" if cuda else "cpu")
-    if provider == "ours":
-        fn = functools.partial(ops.smart_expand, **x, k=k, **ARGS, backend="triton")
+    if provider in ("ours", "cuda"):
+        fn = functools.partial(ops.smart_expand, **x, k=k, **ARGS, backend="triton" if provider == "ours" else "cuda")
     else:
         fn = functools.partial(ops.smart_expand_ref, **x, k=k, **ARGS)
     memory = peak_memory(fn) if cuda else {}

