@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_model, perturbed, ragged_prompts
+from conftest import VOCAB, make_model, perturbed, ragged_prompts
 from transformers import AutoModelForCausalLM
 
 import specdec
@@ -40,16 +40,18 @@ def _cases(root: Path) -> list[dict]:
     """Every target x (AR, prompt lookup, draft tree with a replicated draft) x (batch 1, ragged), plus
     a tensor-parallel draft and a tensor-parallel ValuSpec scorer; references from single-process generate."""
     prompts = {"batch1": ragged_prompts([9], seed=4), "ragged": ragged_prompts([6, 11], seed=5)}
-    combos = [(t, m, False, False) for t in TARGETS for m in ("ar", "prompt_lookup", "tree")]
-    combos += [("llama-gqa", "tree", True, False), ("llama-gqa", "tree", True, True)]
+    combos = [(t, m, False, False, False) for t in TARGETS for m in ("ar", "prompt_lookup", "tree")]
+    combos += [("llama-gqa", "tree", True, False, False), ("llama-gqa", "tree", True, True, False)]
+    combos += [("qwen2-gqa", m, False, False, True) for m in ("prompt_lookup", "tree")]  # temperature 1, seeded
     cases = []
-    for target_name, method, draft_tp, filtered in combos:
+    for target_name, method, draft_tp, filtered, sampled in combos:
         target = AutoModelForCausalLM.from_pretrained(root / target_name, dtype=torch.float32).eval()
         for batch, (ids, mask) in prompts.items():
             ref = target.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False, eos_token_id=[],
                                   pad_token_id=0)
             cases.append({"name": f"{target_name}-{method}{'-tpdraft' if draft_tp else ''}"
-                                  f"{'-filtered' if filtered else ''}-{batch}",
+                                  f"{'-filtered' if filtered else ''}{'-sampled' if sampled else ''}-{batch}",
+                          "sampled": sampled,
                           "target": target_name, "method": method, "draft": f"{target_name}-draft" if method == "tree" else None,
                           "draft_tp": draft_tp, "filter": filtered, "input_ids": ids.tolist(),
                           "attention_mask": mask.tolist(), "max_new_tokens": 12, "reference": ref.tolist()})
@@ -91,7 +93,23 @@ def test_every_rank_decodes_like_single_process_generate(tp_results):
     for rank in ranks:
         assert sorted(rank["sequences"]) == sorted(c["name"] for c in cases)
         for case in cases:
-            assert rank["sequences"][case["name"]] == case["reference"], (rank["rank"], case["name"])
+            if not case["sampled"]:
+                assert rank["sequences"][case["name"]] == case["reference"], (rank["rank"], case["name"])
+
+
+def test_every_rank_samples_the_same_tokens(tp_results):
+    """Sampling under tensor parallelism: identical logits and one seed per rank give identical draws."""
+    cases, ranks = tp_results
+    sampled = [c for c in cases if c["sampled"]]
+    assert sampled
+    for case in sampled:
+        first = ranks[0]["sequences"][case["name"]]
+        assert all(r["sequences"][case["name"]] == first for r in ranks[1:]), case["name"]
+        prompt = len(case["input_ids"][0])
+        assert [row[:prompt] for row in first] == case["input_ids"] and all(len(row) == prompt + 12 for row in first)
+        assert all(0 <= t < VOCAB for row in first for t in row[prompt:])
+    # the draws are not the greedy tokens everywhere (temperature 1 on these models is far from greedy)
+    assert any(ranks[0]["sequences"][c["name"]] != c["reference"] for c in sampled)
 
 
 @pytest.mark.parametrize("label, message", [

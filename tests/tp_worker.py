@@ -53,8 +53,9 @@ def main(root: Path, out: Path) -> None:
             filter = specdec.FixedThresholdFilter(draft, 0.05) if case["filter"] else None
             gen = specdec.SpeculativeGenerator(target, supplier_for(case["method"], draft), filter)
             ids, mask = torch.tensor(case["input_ids"]), torch.tensor(case["attention_mask"])
+            sampling = {"temperature": 1.0, "generator": torch.Generator().manual_seed(7)} if case["sampled"] else {}
             result = gen.generate(ids, attention_mask=mask, max_new_tokens=case["max_new_tokens"], eos_token_id=[],
-                               pad_token_id=0)
+                                  pad_token_id=0, **sampling)
             sequences[case["name"]] = result.sequences.tolist()
     plans = spec["plans"]
     refusals = {
