@@ -22,7 +22,12 @@ The acceptance rules (the verifier picks one per tree; both emit exactly the tar
   round is speculative sampling's lemma (output ~ p for x ~ q); q renormalised without the tried tokens is
   the next sibling's law given the earlier ones, so by induction over siblings and depth the output is the
   target's. A supplier must therefore never choose a sampled child by looking at its own value (a
-  pruned or filtered tree drops ``draft_probs`` and falls back to the deterministic rule).
+  pruned or filtered tree drops ``draft_probs`` and falls back to the deterministic rule). When q's
+  support is exhausted (every token q allows was tried and rejected; a warped q with top-k/top-p can allow
+  fewer tokens than a node has children), the remaining siblings are a candidate set fixed before any
+  draw and get the deterministic rule: accept with p(c), else p(c) <- 0. That is the recursive rule with
+  q one-hot on c, so the output law is unchanged; without it a sibling of q-probability 0 would be
+  accepted whenever p(c) > 0.
 
 Worked example (deterministic rule), one row: root r with children a (node 1) and b (node 2), a with
 child c (node 3); samples y = [a, c, z, w] at nodes [0, 1, 2, 3]: a matches y_0, c matches y_1 -> the
@@ -40,8 +45,8 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopK
 
 from .tree import TreeBatch, pack_bits, unpack_bits
 
-__all__ = ["Sampling", "GREEDY", "sample", "check_generator", "accept_predicted", "path_acceptance",
-           "sample_accept"]
+__all__ = ["Sampling", "GREEDY", "sample", "sample_without_replacement", "check_generator", "accept_predicted",
+           "path_acceptance", "sample_accept"]
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,21 @@ def sample(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
     """
     race = torch.empty_like(probs, dtype=torch.float32).exponential_(1.0, generator=generator)
     return (probs.float() / race.clamp_min(torch.finfo(torch.float32).tiny)).argmax(-1)
+
+
+def sample_without_replacement(probs: Tensor, k: int, generator: torch.Generator | None = None) -> Tensor:
+    """k distinct tokens per row of `probs` [..., V] (float, rows sum to 1) -> [..., k] int64 in draw
+    order, without a host sync; k <= V.
+
+    Gumbel-top-k (Kool et al. 2019): the k largest keys log p(v) + G_v, G i.i.d. Gumbel(0, 1) (G = -log E,
+    E ~ Exp(1), the exponential race of `sample`), in decreasing order, are distributed exactly as k
+    draws one after another, each from p renormalised over the tokens not drawn yet. The first column is
+    `sample`'s draw for the same noise. Tokens of probability 0 get key -inf and come only after every
+    token of positive probability (in an order fixed by the index, not by the noise).
+    """
+    race = torch.empty_like(probs, dtype=torch.float32).exponential_(1.0, generator=generator)
+    keys = probs.float().log() - race.clamp_min(torch.finfo(torch.float32).tiny).log()
+    return keys.topk(k, dim=-1).indices
 
 
 def path_acceptance(tree: TreeBatch, best: Tensor, bonus: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -188,9 +208,12 @@ def _recursive_accept(tree: TreeBatch, p: Tensor, q: Tensor,
         tok = tree.tokens[:, i:i + 1]  # [B, 1]
         tried = parents[:, i] == cur
         px, qx = resid.gather(1, tok)[:, 0], draft.gather(1, tok)[:, 0]
+        exhausted = draft.sum(-1) == 0  # [B]: q's support all tried; this sibling gets the deterministic rule
+        qx = torch.where(exhausted, 1.0, qx)
         accept = tried & (coins[:, i] * qx < px)  # probability min(1, px / qx)
         reject = (tried & ~accept)[:, None]
-        resid = torch.where(reject, _normalise((resid - draft).clamp_min(0.0)), resid)
+        rest = torch.where(exhausted[:, None], resid.scatter(1, tok, 0.0), (resid - draft).clamp_min(0.0))
+        resid = torch.where(reject, _normalise(rest), resid)
         draft = torch.where(reject, _normalise(draft.scatter(1, tok, 0.0)), draft)
         resid = torch.where(accept[:, None], p[:, i], resid)
         draft = torch.where(accept[:, None], q[:, i], draft)
