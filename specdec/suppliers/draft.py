@@ -8,6 +8,25 @@ attention over the draft's tree region, and each frontier node contributes its `
 candidate pool. Finally the `total_tokens - 1` best pool nodes by path probability (plus the root) form
 the tree. A child's path log-prob never exceeds its parent's and ties keep creation order, so the kept
 set is closed under ancestors. The tree region is dropped at `commit`; nothing syncs with the host.
+
+When the call samples (temperature > 0) both modes *sample* their candidates from the draft's warped
+distribution q (`Sampling.probs` on the draft's logits, float32) and carry q as ``draft_probs`` for the
+recursive rejection rule (`specdec.sampling`). The sampled tree is built so that the rule is lossless:
+
+* the children of every node are, in node order, a without-replacement sample sequence from that node's
+  q (Gumbel-top-k, `sample_without_replacement`), and
+* the number of children of a node depends only on what was known before they were drawn (the node's
+  own path and path probability, the step's earlier layers), never on their own values.
+
+Given everything drawn before a node's children (which fixes how many it gets), they are fresh draws
+from its q, so the recursive rule's one-node lemma holds at every node and the output is the target's
+by induction over depth. So every drawn child is kept (no rerank by path probability). Layer 1 is the root's `topk` children;
+each further layer forwards the `topk` nodes of the newest layer with the highest path probability under
+q (their values decide only whether *they* get children), and each of them gets `topk` children. The
+node budget (`total_tokens`) cuts whole layers, and in the last layer a suffix fixed before the draw:
+the best frontier node's children first (`_sampled_layer_sizes`). Worked example, topk 2, depth 3,
+total_tokens 6: root -> {a, b} (drawn from q_root); say P_q(b) > P_q(a): b is forwarded first, then a;
+b gets {ba, bb} and a gets {aa} (its second child is drawn and cut: 1 + 2 + 3 = 6 nodes).
 """
 
 from __future__ import annotations
@@ -20,7 +39,7 @@ from ..attention import install, prefill, tree_forward
 from ..cache import TreeCache
 from ..state import DecodeState
 from ..tree import TreeBatch, pack_bits
-from ..sampling import sample
+from ..sampling import sample, sample_without_replacement
 from ..verify import Acceptance, vocab_size
 from .base import Supplier
 
@@ -112,8 +131,11 @@ class DraftSupplier(Supplier):
                   distribution under the same warpers, and the tree carries those distributions
                   (`TreeBatch.draft_probs`) for the recursive rejection rule.
     mode="tree":  depth layers, top-`topk` children per frontier node, the best `total_tokens` nodes
-                  (root included) kept by path probability. Deterministic also when sampling, so it is
-                  verified with the rule for deterministic candidate sets.
+                  (root included) kept by path probability. When the call samples, the children are
+                  instead sampled without replacement from the draft's warped distributions, every drawn
+                  child is kept, and the budget cuts only whole layers or a suffix fixed before the draw
+                  (module docstring: the conditions that keep the recursive rule lossless); the tree
+                  carries ``draft_probs``.
     """
 
     def __init__(self, draft: PreTrainedModel, mode: str = "tree", depth: int = 5, topk: int = 4,
@@ -147,8 +169,8 @@ class DraftSupplier(Supplier):
         self.runner.commit(acc)
 
     def propose(self, state: DecodeState) -> TreeBatch:
-        if self.mode == "chain" and not state.sampling.greedy:
-            return self._sample_chain(state)
+        if not state.sampling.greedy:
+            return self._sample_chain(state) if self.mode == "chain" else self._sample_tree(state)
         B, k, device = state.batch_size, self.topk, state.root.device
         root_logp = torch.log_softmax(self.runner.catch_up().float(), dim=-1)
         logp, tok = root_logp.topk(k, dim=-1)  # [B, k]
@@ -196,6 +218,49 @@ class DraftSupplier(Supplier):
         return TreeBatch.chain(torch.stack(tokens, 1), num_nodes, logp=torch.stack(logp, 1),
                                draft_probs=torch.stack(probs, 1))
 
+    def _sampled_layer_sizes(self) -> list[int]:
+        """Nodes of each sampled layer kept under the budget (host ints, fixed before any draw): layer 1
+        has topk, later layers topk * topk, the last one cut to what is left of `total_tokens`."""
+        k, left = self.topk, self.total_tokens - 1
+        sizes = [min(k, left)]
+        while len(sizes) < self.depth and sum(sizes) < left:
+            sizes.append(min(k * k, left - sum(sizes)))
+        return sizes
+
+    def _sample_tree(self, state: DecodeState) -> TreeBatch:
+        """The sampled tree (module docstring), nodes in creation order: the root, then each layer's
+        children grouped by parent in frontier order, cut to `total_tokens`. ``draft_probs[:, i]`` is the
+        q node i's children were drawn from (zeros at nodes never forwarded; a frontier node whose
+        children the budget cut keeps its q, unused); logp holds the draft's unwarped path log-probs, as
+        greedy trees write them (ValuSpec reads them)."""
+        B, k, device = state.batch_size, self.topk, state.root.device
+        sizes = self._sampled_layer_sizes()
+        zero = torch.zeros(B, 1, device=device)
+        q, ctok, clogp, clogq = _draw_children(self.runner.catch_up()[:, None], zero, zero, k, state)
+        toks, pars = [state.root[:, None], ctok[:, 0]], [zero.long() - 1, zero.long().expand(B, k)]
+        logps, qs = [zero, clogp[:, 0]], [q]
+        layer_logq, layer_start, parent_slot = clogq[:, 0], 1, None  # [B, n]: path log q of the newest layer
+        self.runner.begin_tree(k, len(sizes) - 1)
+        for d in range(1, len(sizes)):  # forward layer d's frontier; its children form layer d + 1
+            n = layer_logq.shape[1]
+            front = layer_logq.topk(k, dim=-1).indices  # [B, k], best first: decided before their children
+            if d > 1:  # layer d's node c is the child of layer d-1's frontier node c // k, at that slot
+                parent_slot = (d - 2) * k + front // k
+            logits = self.runner.forward_layer(toks[-1].gather(1, front), parent_slot)
+            q, ctok, clogp, clogq = _draw_children(logits, logps[-1].gather(1, front), layer_logq.gather(1, front),
+                                                   k, state)
+            qs.append(torch.zeros(B, n, q.shape[-1], device=device).scatter_(
+                1, front[:, :, None].expand_as(q), q))
+            toks.append(ctok.flatten(1))
+            pars.append((layer_start + front)[:, :, None].expand(B, k, k).flatten(1))
+            logps.append(clogp.flatten(1))
+            layer_logq, layer_start = clogq.flatten(1), layer_start + n
+        qs.append(torch.zeros(B, layer_logq.shape[1], q.shape[-1], device=device))  # the newest layer: leaves
+        M = self.total_tokens
+        return TreeBatch(torch.cat(toks, 1)[:, :M], torch.cat(pars, 1)[:, :M].contiguous(),
+                         torch.full((B,), M, dtype=torch.int64, device=device), torch.cat(logps, 1)[:, :M],
+                         max_depth=len(sizes), draft_probs=torch.cat(qs, 1)[:, :M])
+
     def _select(self, tok: Tensor, par: Tensor, logp: Tensor) -> TreeBatch:
         """Keep the root and the best `total_tokens - 1` pool nodes, renumbered in creation order."""
         B, N = tok.shape
@@ -208,3 +273,17 @@ class DraftSupplier(Supplier):
         parents = torch.where(parents >= 0, renumber.gather(1, parents.clamp(min=0)), -1)
         return TreeBatch(tok.gather(1, keep), parents, torch.full((B,), M, dtype=torch.int64, device=tok.device),
                          logp.gather(1, keep), max_depth=self.depth)
+
+
+def _draw_children(logits: Tensor, path_logp: Tensor, path_logq: Tensor, k: int,
+                   state: DecodeState) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """k children for each of F nodes, drawn without replacement from the draft's warped distribution.
+
+    logits: [B, F, V] the draft's at the nodes; path_logp, path_logq: [B, F] their path log-probs under
+    the raw draft and under q. Returns q [B, F, V] float32, the children's tokens [B, F, k] in draw order
+    and their path log-probs [B, F, k] under the raw draft and under q (-inf past q's support).
+    """
+    q = state.sampling.probs(logits)
+    tok = sample_without_replacement(q, k, state.generator)
+    logp = path_logp[:, :, None] + torch.log_softmax(logits.float(), -1).gather(2, tok)
+    return q, tok, logp, path_logq[:, :, None] + q.gather(2, tok).log()
