@@ -17,6 +17,8 @@ import pytest
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
+import specdec
+
 VOCAB = 96
 _COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2,
@@ -83,3 +85,19 @@ def make_tree(kind: str, B: int, T: int, seed: int, device: torch.device | str =
         parents = [[-1] + [rng.randrange(i) for i in range(1, T)] for _ in range(B)]
     num_nodes = [T] + [rng.randint(1, T) for _ in range(B - 1)]
     return TreeBatch.from_parents([list(range(T))] * B, parents, num_nodes, device=device)
+
+
+def assert_gpu_generation_identity(backend: str, mode: str) -> None:
+    """On CUDA, fp32, a ragged batch: `backend` == "torch" == model.generate(do_sample=False), token for token."""
+    target = make_model("llama").cuda()
+    draft = perturbed(target)
+    ids, mask = (t.cuda() for t in ragged_prompts([5, 11, 8]))
+    ref = target.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0)
+    outs = {}
+    for name in (backend, "torch"):
+        supplier = specdec.DraftSupplier(draft, mode=mode, depth=4, topk=3, total_tokens=10, backend=name)
+        gen = specdec.SpeculativeGenerator(target, supplier, backend=name)
+        outs[name] = gen.generate(ids, attention_mask=mask, max_new_tokens=24, pad_token_id=0,
+                                  eos_token_id=[]).sequences
+    assert torch.equal(outs[backend], outs["torch"])
+    assert torch.equal(outs[backend], ref)

@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import specdec
-from conftest import make_model, perturbed, ragged_prompts
+from conftest import assert_gpu_generation_identity
 from specdec import ops
 from specdec.ops import _backend, _cuda
 from specdec.tree import pack_bits
@@ -448,15 +447,4 @@ def test_gpu_ops_trace_under_torch_compile():
 @pytest.mark.parametrize("mode", ["chain", "tree"])
 def test_gpu_generator_identity_under_cuda(mode):
     """fp32: backend="cuda" == backend="torch" == model.generate(do_sample=False), token for token, on a ragged batch."""
-    target = make_model("llama").cuda()
-    draft = perturbed(target)
-    ids, mask = (t.cuda() for t in ragged_prompts([5, 11, 8]))
-    ref = target.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0)
-    outs = {}
-    for backend in ("cuda", "torch"):
-        supplier = specdec.DraftSupplier(draft, mode=mode, depth=4, topk=3, total_tokens=10, backend=backend)
-        gen = specdec.SpeculativeGenerator(target, supplier, backend=backend)
-        outs[backend] = gen.generate(ids, attention_mask=mask, max_new_tokens=24, pad_token_id=0,
-                                     eos_token_id=[]).sequences
-    assert torch.equal(outs["cuda"], outs["torch"])
-    assert torch.equal(outs["cuda"], ref)
+    assert_gpu_generation_identity("cuda", mode)

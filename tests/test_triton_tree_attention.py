@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import specdec
-from conftest import make_model, perturbed, ragged_prompts
+from conftest import assert_gpu_generation_identity, make_model, perturbed, ragged_prompts
 from conftest import make_tree as _make_tree
 from specdec import ops
 from specdec.tree import TreeBatch, pack_bits
@@ -283,15 +283,4 @@ def test_gpu_real_sizes_error_within_twice_torch(dtype, num_splits):
 @pytest.mark.parametrize("mode", ["chain", "tree"])
 def test_gpu_generator_identity(mode):
     """On CUDA, fp32: Triton backend == torch backend == model.generate(do_sample=False), token for token."""
-    target = make_model("llama").cuda()
-    draft = perturbed(target)
-    ids, mask = (t.cuda() for t in ragged_prompts([5, 11, 8]))
-    ref = target.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0)
-    outs = {}
-    for backend in ("triton", "torch"):
-        supplier = specdec.DraftSupplier(draft, mode=mode, depth=4, topk=3, total_tokens=10, backend=backend)
-        gen = specdec.SpeculativeGenerator(target, supplier, backend=backend)
-        outs[backend] = gen.generate(ids, attention_mask=mask, max_new_tokens=24, pad_token_id=0,
-                                     eos_token_id=[]).sequences
-    assert torch.equal(outs["triton"], outs["torch"])
-    assert torch.equal(outs["triton"], ref)
+    assert_gpu_generation_identity("triton", mode)
