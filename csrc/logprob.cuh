@@ -21,7 +21,10 @@ constexpr int kWarps = kThreads / 32;
 constexpr int BN = 64;  // rows (nodes) per block
 constexpr int BV = 64;  // vocabulary columns per tile
 constexpr int BK = 32;  // hidden-size chunk staged in shared memory
-constexpr int kMaxPathNodes = 8192;  // path_mean: T per row (96 KiB of shared memory)
+// path_mean: T per row. The kernel keeps 24 bytes per node in shared memory (double-buffered total, count,
+// jump): 4096 nodes = 96 KiB. 8192 (192 KiB) would exceed sm_80's 163 KiB opt-in limit, and
+// cudaFuncSetAttribute would fail there for T above 6954.
+constexpr int kMaxPathNodes = 4096;
 
 struct TokenParams {
   const void* hidden;      // [N, d] T-typed, any strides

@@ -75,6 +75,13 @@ template <typename T, int DP> static void print_config() {
   CHECK(Large::kBytes <= 163 * 1024 && Small::kBytes <= Large::kBytes);
 }
 
+// The other kernels' dynamic shared memory at their limits fits sm_80's opt-in maximum (163 KiB).
+static void test_shared_memory_limits() {
+  CHECK(lp::path_smem_bytes(lp::kMaxPathNodes) <= 163 * 1024);
+  CHECK(se::select_smem_bytes(se::kMaxCandidates) <= 163 * 1024);
+  CHECK(2 * se::kMaxK * sizeof(int64_t) <= 48 * 1024);  // topk_kernel launches without the opt-in
+}
+
 static void test_merge_weights() {
   // Two splits at lse 1 and 2 (base 2): weights 0.5 and 1; a split that saw nothing weighs 0.
   const float lse[3] = {1.0f, 2.0f, -INFINITY};
@@ -212,6 +219,7 @@ int main() {
   print_config<float, 256>();
   print_config<__half, 128>();
   print_config<__half, 256>();
+  test_shared_memory_limits();
   test_merge_weights();
   test_keys();
   test_radix_select();

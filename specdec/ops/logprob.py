@@ -24,7 +24,7 @@ __all__ = ["token_logprob", "token_logprob_ref", "token_logprob_from_logits", "t
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 _INTS = (torch.int32, torch.int64)
-_CUDA_MAX_PATH_NODES = 8192  # path_mean's CUDA kernel keeps a row in shared memory (csrc/logprob.cuh)
+_CUDA_MAX_PATH_NODES = 4096  # path_mean's CUDA kernel keeps a row in shared memory (csrc/logprob.cuh: 96 KiB)
 
 
 def token_logprob(
