@@ -64,6 +64,7 @@ def test_resolution_prefers_the_extension_on_cuda_tensors(monkeypatch):
     cpu = torch.device("cpu")
     monkeypatch.setattr(_backend, "cuda_extension_built", lambda: True)
     monkeypatch.setattr(_backend, "triton_runnable", lambda device: device.type == "cuda")
+    monkeypatch.setattr(_backend, "_cuda_shortfall", lambda device: None)
     assert _backend.resolve_backend("auto", CUDA, fast_torch="sdpa") == "cuda"
     assert _backend.resolve_backend("auto", CUDA) == "cuda"
     assert _backend.resolve_backend("auto", CUDA, cuda_unsupported="handles no such thing") == "triton"
@@ -71,6 +72,12 @@ def test_resolution_prefers_the_extension_on_cuda_tensors(monkeypatch):
     assert _backend.resolve_backend("cuda", CUDA) == "cuda"
     with pytest.raises(ValueError, match="backend: 'cuda' handles head dims up to 256"):
         _backend.resolve_backend("cuda", CUDA, cuda_unsupported="handles head dims up to 256, got 512")
+    # a card with too little shared memory per block (sm_86/89: ~99 KiB): auto passes over cuda
+    monkeypatch.setattr(_backend, "_cuda_shortfall", lambda device: "needs 160 KiB of shared memory per block; "
+                        "NVIDIA L4 offers 99 KiB")
+    assert _backend.resolve_backend("auto", CUDA, fast_torch="sdpa") == "triton"
+    with pytest.raises(ValueError, match="backend: 'cuda' needs 160 KiB of shared memory per block; NVIDIA L4 offers"):
+        _backend.resolve_backend("cuda", CUDA)
     monkeypatch.setattr(_backend, "cuda_extension_built", lambda: False)
     assert _backend.resolve_backend("auto", CUDA, fast_torch="sdpa") == "triton"
     with pytest.raises(ValueError, match="backend: 'cuda' needs the compiled extension specdec._C"):

@@ -45,6 +45,28 @@ def _find_extension() -> bool:
         return False
 
 
+# The extension's largest kernel configuration takes 149 KB of shared memory per block (tree attention,
+# fp16/bf16, D 128, 64 rows); A100 (sm_80) opts in to 163 KiB, H100/H200 to 227 KiB, but sm_86/89/120
+# cards (A10, L4, RTX) only to about 99 KiB, where those launches would fail.
+_CUDA_MIN_SHARED_MEMORY = 160 * 1024
+
+
+@functools.cache
+def cuda_device_shortfall(index: int) -> str | None:
+    """Why the CUDA kernels cannot run on CUDA device `index` (too little shared memory per block), or
+    None when they can. Reads the device's properties (initialises CUDA); cached per device."""
+    props = torch.cuda.get_device_properties(index)
+    optin = getattr(props, "shared_memory_per_block_optin", 0)
+    if optin < _CUDA_MIN_SHARED_MEMORY:
+        return (f"needs {_CUDA_MIN_SHARED_MEMORY // 1024} KiB of shared memory per block; {props.name} offers "
+                f"{optin // 1024} KiB")
+    return None
+
+
+def _cuda_shortfall(device: torch.device) -> str | None:
+    return cuda_device_shortfall(device.index if device.index is not None else torch.cuda.current_device())
+
+
 def resolve_backend(backend: str, device: torch.device, *, fast_torch: str | None = None,
                     cuda_unsupported: str | None = None) -> str:
     """The backend an op runs on for tensors on `device`; ValueError for unknown or unrunnable choices.
@@ -59,7 +81,7 @@ def resolve_backend(backend: str, device: torch.device, *, fast_torch: str | Non
         raise ValueError(f"backend: {backend!r} is not one of {BACKENDS}")
     if backend == "auto":
         if device.type == "cuda":
-            if cuda_unsupported is None and cuda_extension_built():
+            if cuda_unsupported is None and cuda_extension_built() and _cuda_shortfall(device) is None:
                 return "cuda"
             if triton_runnable(device):
                 return "triton"
@@ -79,6 +101,9 @@ def resolve_backend(backend: str, device: torch.device, *, fast_torch: str | Non
             raise ValueError("backend: 'cuda' needs the compiled extension specdec._C, which this install lacks; "
                              "build it on a machine with a CUDA build of torch and nvcc: "
                              "SPECDEC_BUILD_CUDA=1 pip install --no-build-isolation .")
+        shortfall = _cuda_shortfall(device)
+        if shortfall is not None:
+            raise ValueError(f"backend: 'cuda' {shortfall}; use 'triton'")
     return backend
 
 
