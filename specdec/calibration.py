@@ -184,7 +184,7 @@ def cached_calibration(target: PreTrainedModel, scorer: PreTrainedModel, prompts
         try:
             return Calibration.load(path)
         except ValueError:
-            pass
+            pass  # a damaged or outdated cache file: calibrate again and overwrite it
     cal = calibrate(target, scorer, prompts, **settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     cal.save(path)

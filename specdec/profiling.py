@@ -39,7 +39,7 @@ def device_name(device: torch.device) -> str:
                 model = line.split(":", 1)[1].strip()
                 break
     except OSError:
-        pass
+        pass  # no /proc/cpuinfo (not Linux): the generic name stays
     return f"cpu {model} ({torch.get_num_threads()} threads)"
 
 
@@ -290,7 +290,7 @@ def cached_profile(target: PreTrainedModel, draft: PreTrainedModel | None = None
         try:
             return Profile.load(path)
         except ValueError:
-            pass
+            pass  # a damaged or outdated cache file: profile again and overwrite it
     prof = profile(target, draft, progress=progress, **settings)
     root.mkdir(parents=True, exist_ok=True)
     prof.save(path)
