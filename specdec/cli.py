@@ -52,7 +52,7 @@ def add_smart_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frontier", type=int, default=8, help="nodes forwarded per layer and row (smart)")
     parser.add_argument("--max-depth", type=int, default=12, help="most layers of a SMART tree")
     parser.add_argument("--padding-aware", action="store_true", help="SMART's padding-aware marginal cost (batches)")
-    parser.add_argument("--refit-every", type=int, help="SMART's online refit every N steps (default: off)")
+    parser.add_argument("--no-planner", action="store_true", help="SMART drafts every step (no plain steps planned)")
 
 
 def add_sampling_options(parser: argparse.ArgumentParser) -> None:
@@ -196,7 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "here at the bench's batch sizes, once, cached")
     bench.add_argument("--smart-variants", nargs="+", default=["default"], help="SmartSupplier options per smart "
                        "run: 'default' or key=value,... (alpha, budget, benefit, topk, frontier, max_depth, "
-                       "padding_aware, early_stop, refit_every, reprofile, fit_batch); several run as smart[<variant>]")
+                       "padding_aware, early_stop, planner, online, margin, probe_every, reprofile, fit_batch); several "
+                       "run as smart[<variant>]")
     bench.add_argument("--valuspec-methods", nargs="+", default=[], help="also run these runs (labels as in the "
                        "table: retrieval, retrieval-64, tree, smart, ...) through ValuSpec as <label>+valuspec, the "
                        "draft as scorer, tau calibrated once (cached) on the last --calibration-size prompts of the "
@@ -269,10 +270,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     target = load_model(args.target, dtype=args.dtype, device=args.device, tensor_parallel=args.tensor_parallel)
     draft = load_model(args.draft, dtype=args.dtype, device=str(target.device)) if args.draft else None
     cost = (smart_profile(args.profile, target, draft, [args.batch_size])
-            if (args.method == "smart" and draft) or args.method == "retrieval-smart" else None)
+            if (args.method == "smart" and draft) or args.method in ("retrieval-smart", "prompt-lookup-smart") else None)
     smart = {"alpha": args.alpha, "budget": args.budget, "benefit": args.benefit, "topk": args.topk,
              "frontier": args.frontier, "max_depth": args.max_depth, "padding_aware": args.padding_aware,
-             "refit_every": args.refit_every}
+             "planner": not args.no_planner}
     supplier = harness.make_supplier(args.method, draft, depth=args.depth, topk=args.topk,
                                      total_tokens=args.total_tokens, datastore=datastore,
                                      budget=64 if args.budget is None else args.budget, cost=cost, smart=smart)
@@ -393,8 +394,13 @@ def cmd_profile(args: argparse.Namespace) -> int:
     prof.save(args.out)
     models = [CostModel.fit(prof, b) for b in prof.batch_sizes]
     for m in models:
-        print(f"batch {m.batch_size}: {m.form} fit (errors: paper {m.errors['paper']:.1%}, intercept "
-              f"{m.errors['intercept']:.1%}); C(1) {m.predict(1) * 1e3:.2f} ms, C(64) {m.predict(64) * 1e3:.2f} ms")
+        draft = (f"; draft layer 1/8 wide {m.draft_seconds(1) * 1e3:.2f}/{m.draft_seconds(8) * 1e3:.2f} ms, catch-up of "
+                 f"1/32 {m.catch_up_seconds(1) * 1e3:.2f}/{m.catch_up_seconds(32) * 1e3:.2f} ms" if m.draft_layer else "")
+        print(f"batch {m.batch_size}: AR step {m.ar_step * 1e3:.2f} ms; verify {m.verify.form} fit (errors: paper "
+              f"{m.verify.errors['paper']:.1%}, intercept {m.verify.errors['intercept']:.1%}), 2/64 nodes "
+              f"{m.verify_seconds(2) * 1e3:.2f}/{m.verify_seconds(64) * 1e3:.2f} ms{draft}")
+    for note in prof.notes:
+        print(f"note: {note}")
     if args.plot:
         plot_fits(models, args.plot)
     print(f"wrote {args.out}" + (f" and {args.plot}" if args.plot else ""))

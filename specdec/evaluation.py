@@ -97,39 +97,38 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
     datastore = None
     if set(methods) & set(harness.RETRIEVAL_METHODS):
         datastore = load_datastore(args.datastore, tokenizer, target_name, stdlib_files)
-    # retrieval-smart shares SMART's profile: retrieval drops its draft part (lambda), keeping the target's
+    # retrieval-smart and prompt-lookup-smart share SMART's profile (its target parts; they draft nothing)
     cost = (smart_profile(getattr(args, "profile", None), target, draft, args.batch_sizes)
-            if {"smart", "retrieval-smart"} & set(methods) else None)
+            if set(harness.PLANNED_METHODS) & set(methods) else None)
     runs, options = variant_runs(args, runs, cost)
     calibration = valuspec_runs(args, runs, options, tokenizer, target, draft, chat)
     wide = getattr(args, "wide_methods", None)  # methods run at batch sizes > 1 (None: all)
     results, outputs, skipped = [], {}, {}
-    jobs = [(ps, bs, m) for ps in prompt_sets for bs in args.batch_sizes for m in runs
-            if bs == 1 or wide is None or runs[m][0] in wide]
     encoded = {}
     for ps in prompt_sets:
         tokens = harness.encode(tokenizer, harness.load_prompts(ps, num_prompts), chat)
         encoded[ps] = harness.fit(tokens, target, args.max_new_tokens)
         skipped[ps] = len(tokens) - len(encoded[ps])
-    for ps, bs, m in tqdm(jobs, desc="runs", file=sys.stderr):
-        method, budget = runs[m]
-        supplier = harness.make_supplier(method, draft, **{"depth": args.depth, "topk": args.topk, "datastore": datastore,
-                                                           "total_tokens": args.total_tokens, "budget": budget,
-                                                           "cost": cost, **options.get(m, {})})
-        filt = ValuSpecFilter(draft, calibration) if m.endswith("+valuspec") else None
-        harness.run_method(target, supplier, encoded[ps][:bs], batch_size=bs, max_new_tokens=4, method=m,
-                           prompt_set=ps, pad_token_id=tokenizer.pad_token_id, eos_token_id=None,
-                           filter=filt, sampling=sampling, seed=seed)  # warm-up
-        if method == "smart":
-            supplier.trace.clear()  # its predictions are reported for the measured run only
-        result, out = harness.run_method(target, supplier, encoded[ps], batch_size=bs, max_new_tokens=args.max_new_tokens,
-                                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                                         method=m, prompt_set=ps, filter=filt, repeats=getattr(args, "repeats", 1),
-                                         sampling=sampling, seed=seed)
-        if method == "smart":
-            vars(result).update(supplier.predicted())
-        results.append(result)
-        outputs[(m, ps, bs)] = out
+    cells = [(ps, bs) for ps in prompt_sets for bs in args.batch_sizes]
+    for ps, bs in tqdm(cells, desc="cells", file=sys.stderr):
+        cell = []  # every method of this prompt set and batch size, measured interleaved
+        for m in (m for m in runs if bs == 1 or wide is None or runs[m][0] in wide):
+            method, budget = runs[m]
+            supplier = harness.make_supplier(method, draft, **{"depth": args.depth, "topk": args.topk,
+                                                               "datastore": datastore, "total_tokens": args.total_tokens,
+                                                               "budget": budget, "cost": cost, **options.get(m, {})})
+            filt = ValuSpecFilter(draft, calibration) if m.endswith("+valuspec") else None
+            harness.run_method(target, supplier, encoded[ps][:bs], batch_size=bs, max_new_tokens=4, method=m,
+                               prompt_set=ps, pad_token_id=tokenizer.pad_token_id, eos_token_id=None,
+                               filter=filt, sampling=sampling, seed=seed)  # warm-up
+            cell.append(harness.Run(m, supplier, filt))
+        measured = harness.run_interleaved(target, cell, encoded[ps], batch_size=bs, max_new_tokens=args.max_new_tokens,
+                                           pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                                           prompt_set=ps, repeats=getattr(args, "repeats", 1), sampling=sampling,
+                                           seed=seed)
+        for run, (result, out) in zip(cell, measured):
+            results.append(result)
+            outputs[(run.method, ps, bs)] = out
     harness.compare_to_ar(results, outputs, identity=sampling.greedy)  # sampled outputs are draws, not AR's
     env = {**harness.environment(), "target": target_name, "draft": draft_name, "dtype": args.dtype,
            "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p, "seed": seed,

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from .planner import PlanStats, StepRecord
 from .sampling import Sampling, check_generator
 from .state import DecodeState
 from .suppliers.base import Supplier
@@ -92,8 +93,10 @@ class Stats:
     tree_sizes: list[int] = field(default_factory=list)  # nodes per row sent to the target (padded width T)
     stage_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         ("prefill", "propose", "filter", "verify", "commit"), 0.0))
+    step_seconds: list[float] = field(default_factory=list)  # per step, the four stages together
     seconds: float = 0.0
     filter: FilterStats | None = None  # the filter's report, when the generator has a filter
+    plan: PlanStats | None = None  # the step planner's report (SMART; retrieval, prompt lookup with a cost model)
 
     @property
     def mean_accepted_length(self) -> float:
@@ -118,6 +121,7 @@ class Stats:
         self.accepted_lengths += accepted.tolist()
         self.tree_sizes += [tree_size] * len(accepted)
         self.new_tokens += new_tokens
+        self.step_seconds.append(sum(stage_seconds.values()))
         for name, seconds in stage_seconds.items():
             self.stage_seconds[name] += seconds
 
@@ -130,11 +134,14 @@ class Stats:
             total.new_tokens += s.new_tokens
             total.accepted_lengths += s.accepted_lengths
             total.tree_sizes += s.tree_sizes
+            total.step_seconds += s.step_seconds
             total.seconds += s.seconds
             for name, seconds in s.stage_seconds.items():
                 total.stage_seconds[name] += seconds
             if s.filter is not None:
                 total.filter = s.filter if total.filter is None else total.filter.merge(s.filter)
+            if s.plan is not None:
+                total.plan = s.plan if total.plan is None else total.plan.merge(s.plan)
         return total
 
     def to_dict(self) -> dict:
@@ -142,7 +149,8 @@ class Stats:
                 "mean_tree_size": self.mean_tree_size, "accepted_histogram": self.accepted_histogram,
                 "stage_seconds": dict(self.stage_seconds), "seconds": self.seconds,
                 "tokens_per_second": self.tokens_per_second,
-                **({"filter": self.filter.to_dict()} if self.filter is not None else {})}
+                **({"filter": self.filter.to_dict()} if self.filter is not None else {}),
+                **({"plan": self.plan.to_dict()} if self.plan is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -204,18 +212,20 @@ class SpeculativeGenerator:
             t2 = time.perf_counter()
             acc = self.verifier.verify(tree, cache, validate=self.validate_trees, prompt=prompt)
             t3 = time.perf_counter()
-            if prompt is None:  # the first verification also forwarded the prompt: not a step's cost
-                self.supplier.record_verify(tree.size, t3 - t2)
-            prompt = None
             self.supplier.commit(acc)
             if self.filter is not None:
                 self.filter.commit(acc)
             emitted = state.append(acc)
             t4 = time.perf_counter()
-            stats.record(acc.host_num_accepted[active] + 1, tree.size, int(emitted.sum()),
-                         propose=t1 - t0, filter=t2 - t1, verify=t3 - t2, commit=t4 - t3)
+            accepted = acc.host_num_accepted[active] + 1
+            stats.record(accepted, tree.size, int(emitted.sum()), propose=t1 - t0, filter=t2 - t1, verify=t3 - t2,
+                         commit=t4 - t3)
+            if prompt is None:  # the first verification also forwarded the prompt: not a step's cost
+                self.supplier.record_step(StepRecord(tree.size, accepted, t1 - t0, t2 - t1, t3 - t2, t4 - t3, active))
+            prompt = None
         stats.seconds = time.perf_counter() - t_begin
         stats.filter = self.filter.report() if self.filter is not None else None
+        stats.plan = self.supplier.report()
         return GenerateOutput(state.sequences(), stats)
 
     def _check(self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int,

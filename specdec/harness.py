@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 
 import torch
+from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .cost import CostModel
@@ -26,16 +27,18 @@ from .profiling import Profile
 from .sampling import GREEDY, Sampling
 from .suppliers import ARSupplier, DraftSupplier, PromptLookupSupplier, RetrievalSupplier, SmartSupplier, Supplier
 
-__all__ = ["METHODS", "PROMPT_SETS", "MethodResult", "environment", "load_prompts", "make_supplier", "smart_variant",
-           "run_method", "compare_to_ar", "plot_results"]
+__all__ = ["METHODS", "PROMPT_SETS", "MethodResult", "Run", "environment", "load_prompts", "make_supplier",
+           "smart_variant", "run_method", "run_interleaved", "compare_to_ar", "plot_results"]
 
-METHODS = ("ar", "chain", "tree", "prompt-lookup", "smart", "retrieval", "retrieval-smart")
+METHODS = ("ar", "chain", "tree", "prompt-lookup", "prompt-lookup-smart", "smart", "retrieval", "retrieval-smart")
 RETRIEVAL_METHODS = ("retrieval", "retrieval-smart")  # need a datastore; retrieval-smart also a cost profile
 DRAFT_METHODS = ("chain", "tree", "smart")
 # SmartSupplier options a bench variant may set ("alpha=0.5,budget=64"; "default" sets none).
 SMART_OPTIONS = {"alpha": float, "budget": int, "benefit": str, "topk": int, "frontier": int, "max_depth": int,
-                 "padding_aware": bool, "early_stop": bool, "refit_every": int, "reprofile": bool,
-                 "fit_batch": int}  # fit_batch=b: the cost model of batch b at every batch size (refit experiments)
+                 "padding_aware": bool, "early_stop": bool, "planner": bool, "online": bool, "margin": float,
+                 "probe_every": int, "reprofile": bool,
+                 "fit_batch": int}  # fit_batch=b: the cost model of batch b at every batch size (online-cost experiments)
+PLANNED_METHODS = ("smart", "retrieval-smart", "prompt-lookup-smart")  # need a cost profile
 PROMPT_SETS = ("humaneval", "spec_bench")
 
 
@@ -98,7 +101,7 @@ def smart_variant(spec: str) -> dict:
             raise ValueError(f"--smart-variants: {item!r} is not key=value with a key among {sorted(SMART_OPTIONS)}")
         kind = SMART_OPTIONS[key]
         try:
-            if value.lower() == "none" and key in ("budget", "refit_every"):
+            if value.lower() == "none" and key == "budget":
                 options[key] = None
             elif kind is bool:
                 options[key] = {"1": True, "true": True, "0": False, "false": False}[value.lower()]
@@ -118,6 +121,10 @@ def make_supplier(method: str, draft: PreTrainedModel | None, *, depth: int = 5,
         return ARSupplier()
     if method == "prompt-lookup":
         return PromptLookupSupplier()
+    if method == "prompt-lookup-smart":
+        if cost is None:
+            raise ValueError("--profile: method 'prompt-lookup-smart' needs a cost profile of the target (specdec profile)")
+        return PromptLookupSupplier(cost_model=cost, **{k: v for k, v in (smart or {}).items() if k in ("alpha", "benefit")})
     if method in RETRIEVAL_METHODS:
         if datastore is None:
             raise ValueError(f"--datastore: method {method!r} needs a datastore built with the target's tokenizer "
@@ -158,8 +165,12 @@ class MethodResult:
     identical_to_ar: bool | None = None
     rows_differing_from_ar: int | None = None  # rows whose output is not AR's, token for token
     first_difference_at: list[int] | None = None  # per differing row: index of its first new token that differs
-    predicted_accepted_length: float | None = None  # SMART: the cost model's expectation, beside the measured
-    predicted_speedup: float | None = None
+    predicted_accepted_length: float | None = None  # planned suppliers: the planner's expectation per step
+    predicted_speedup: float | None = None  # ... and speedup, beside the measured speedup_vs_ar
+    steps_drafted: int | None = None  # planned suppliers: steps that drafted, and plain steps
+    steps_ar: int | None = None
+    plan: dict | None = None  # the planner's PlanStats.to_dict() (its own measured speedup included)
+    stage_seconds: dict | None = None  # seconds per stage (prefill, propose, filter, verify, commit)
     filter: dict | None = None  # the filter's FilterStats.to_dict() (ValuSpec runs)
     filter_share: float | None = None  # the filter stage's share of generate time (ValuSpec: the scorer's)
     repeats: int = 1  # timed runs per batch; the fastest counts
@@ -174,7 +185,8 @@ class MethodResult:
         out = asdict(self)
         out["accepted_histogram"] = json.dumps(self.accepted_histogram)
         out["first_difference_at"] = json.dumps(self.first_difference_at)
-        out["filter"] = json.dumps(self.filter)
+        for name in ("filter", "plan", "stage_seconds"):
+            out[name] = json.dumps(getattr(self, name))
         return out
 
 
@@ -191,51 +203,94 @@ def fit(token_lists: list[list[int]], model: PreTrainedModel, max_new_tokens: in
     return [t for t in token_lists if len(t) + max_new_tokens <= limit]
 
 
-def run_method(target: PreTrainedModel, supplier: Supplier, prompts: list[list[int]], *, batch_size: int,
-               max_new_tokens: int, pad_token_id: int, eos_token_id: int | None, method: str,
-               prompt_set: str, filter: TreeFilter | None = None, repeats: int = 1,
-               sampling: Sampling = GREEDY, seed: int | None = None) -> tuple[MethodResult, list[list[int]]]:
-    """Generate for every prompt in batches (left padding); returns the result and each new-token list.
+@dataclass(frozen=True)
+class Run:
+    """One method to measure: its label, supplier and optional filter."""
 
-    repeats: each batch is generated that many times and its fastest run counts (best of N: on a shared
-    CPU identical runs vary by tens of percent, and the minimum is the least disturbed estimate); the
-    outputs and stats are the first run's (greedy decoding repeats them exactly, and so does sampling
-    with a seed).
+    method: str
+    supplier: Supplier
+    filter: TreeFilter | None = None
+
+
+def _batches(prompts: list[list[int]], batch_size: int, pad_token_id: int, device) -> list[tuple[int, Tensor, Tensor]]:
+    """(first prompt index, left-padded ids, attention mask) of each batch."""
+    out = []
+    for i in range(0, len(prompts), batch_size):
+        batch = prompts[i:i + batch_size]
+        width = max(map(len, batch))
+        ids = torch.tensor([[pad_token_id] * (width - len(t)) + t for t in batch], device=device)
+        mask = torch.tensor([[0] * (width - len(t)) + [1] * len(t) for t in batch], device=device)
+        out.append((i, ids, mask))
+    return out
+
+
+def run_interleaved(target: PreTrainedModel, runs: list[Run], prompts: list[list[int]], *, batch_size: int,
+                    max_new_tokens: int, pad_token_id: int, eos_token_id: int | None, prompt_set: str,
+                    repeats: int = 1, sampling: Sampling = GREEDY,
+                    seed: int | None = None) -> list[tuple[MethodResult, list[list[int]]]]:
+    """Generate for every prompt with every run, in batches (left padding); per run, the result and each
+    new-token list.
+
+    repeats: best of N, interleaved: each round generates every batch with every run in turn, so a drift
+    of the machine's speed reaches all runs alike (on a shared CPU identical runs vary by tens of percent);
+    per batch the fastest round counts, with that round's stats (greedy decoding repeats the outputs
+    exactly, and so does sampling with a seed; the outputs are the first round's).
     sampling, seed: temperature > 0 samples; the batch starting at prompt i draws from a generator
     seeded with ``seed + i`` (None: torch's default generator, unseeded).
     """
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats: expected an int >= 1, got {repeats!r}")
-    generator = SpeculativeGenerator(target, supplier, filter)
-    outputs, stats = [], []
-    seconds = 0.0
-    for i in range(0, len(prompts), batch_size):
-        batch = prompts[i:i + batch_size]
-        width = max(map(len, batch))
-        ids = torch.tensor([[pad_token_id] * (width - len(t)) + t for t in batch], device=target.device)
-        mask = torch.tensor([[0] * (width - len(t)) + [1] * len(t) for t in batch], device=target.device)
-        runs = []
-        with torch.inference_mode():
-            for _ in range(repeats):
-                rng = None if seed is None else torch.Generator(device=target.device).manual_seed(seed + i)
-                t0 = time.perf_counter()
-                out = generator.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                                         eos_token_id=[] if eos_token_id is None else eos_token_id,
-                                         pad_token_id=pad_token_id, temperature=sampling.temperature,
-                                         top_k=sampling.top_k, top_p=sampling.top_p, generator=rng)
-                runs.append((time.perf_counter() - t0, out))  # generate ends with a host sync: the work is done
-        seconds += min(t for t, _ in runs)
-        out = runs[0][1]
-        outputs += out.sequences[:, width:].tolist()
-        stats.append(out.stats)
-    total = Stats.merge(stats)
-    result = MethodResult(method, prompt_set, batch_size, len(prompts), total.new_tokens, seconds,
+    loops = [SpeculativeGenerator(target, r.supplier, r.filter) for r in runs]
+    batches = _batches(prompts, batch_size, pad_token_id, target.device)
+    best: list[list[tuple[float, Stats] | None]] = [[None] * len(batches) for _ in runs]
+    outputs: list[list[list[int]]] = [[] for _ in runs]
+    with torch.inference_mode():
+        for round_ in range(repeats):
+            for j, (i, ids, mask) in enumerate(batches):
+                for r, loop in enumerate(loops):
+                    rng = None if seed is None else torch.Generator(device=target.device).manual_seed(seed + i)
+                    t0 = time.perf_counter()
+                    out = loop.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                        eos_token_id=[] if eos_token_id is None else eos_token_id,
+                                        pad_token_id=pad_token_id, temperature=sampling.temperature,
+                                        top_k=sampling.top_k, top_p=sampling.top_p, generator=rng)
+                    seconds = time.perf_counter() - t0  # generate ends with a host sync: the work is done
+                    if best[r][j] is None or seconds < best[r][j][0]:
+                        best[r][j] = (seconds, out.stats)
+                    if round_ == 0:
+                        outputs[r] += out.sequences[:, ids.shape[1]:].tolist()
+    return [(_summary(run.method, prompt_set, batch_size, len(prompts), best[r], repeats), outputs[r])
+            for r, run in enumerate(runs)]
+
+
+def _summary(method: str, prompt_set: str, batch_size: int, prompts: int, best: list[tuple[float, Stats]],
+             repeats: int) -> MethodResult:
+    seconds = sum(t for t, _ in best)
+    total = Stats.merge([s for _, s in best])
+    result = MethodResult(method, prompt_set, batch_size, prompts, total.new_tokens, seconds,
                           total.new_tokens / seconds if seconds else 0.0, total.mean_accepted_length,
-                          total.mean_tree_size, total.accepted_histogram, repeats=repeats)
+                          total.mean_tree_size, total.accepted_histogram, repeats=repeats,
+                          stage_seconds={k: v for k, v in total.stage_seconds.items()})
     if total.filter is not None:
         result.filter = total.filter.to_dict()
         result.filter_share = total.stage_seconds["filter"] / total.seconds if total.seconds else None
-    return result, outputs
+    if total.plan is not None:
+        plan = total.plan.to_dict()
+        result.plan = plan
+        result.predicted_speedup = plan["predicted_speedup"]
+        result.predicted_accepted_length = plan["predicted_accepted_length"]
+        result.steps_drafted, result.steps_ar = plan["steps_drafted"], plan["steps_ar"]
+    return result
+
+
+def run_method(target: PreTrainedModel, supplier: Supplier, prompts: list[list[int]], *, batch_size: int,
+               max_new_tokens: int, pad_token_id: int, eos_token_id: int | None, method: str,
+               prompt_set: str, filter: TreeFilter | None = None, repeats: int = 1,
+               sampling: Sampling = GREEDY, seed: int | None = None) -> tuple[MethodResult, list[list[int]]]:
+    """`run_interleaved` with one run: the result and each new-token list."""
+    return run_interleaved(target, [Run(method, supplier, filter)], prompts, batch_size=batch_size,
+                           max_new_tokens=max_new_tokens, pad_token_id=pad_token_id, eos_token_id=eos_token_id,
+                           prompt_set=prompt_set, repeats=repeats, sampling=sampling, seed=seed)[0]
 
 
 def compare_to_ar(results: list[MethodResult], outputs: dict[tuple, list[list[int]]], identity: bool = True) -> None:

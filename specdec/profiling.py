@@ -1,7 +1,21 @@
-"""Device profiling for SMART's cost model: `profile(target, draft) -> Profile` (see `specdec.cost`).
+"""Device profiling for SMART's step cost model: `profile(target, draft) -> Profile` (see `specdec.cost`).
 
-Times real tree forwards (a `TreeCache` filled to the context length, random valid trees) at each batch
-size and tree size; the `Profile` is JSON keyed by device, dtype, batch sizes, context length and models.
+A step of speculative decoding pays, besides the target's verification forward, the draft's catch-up
+forward, one draft forward per tree layer and the loop's own work. `profile` measures each part at every
+batch size, on real caches (`TreeCache` filled to the context length) and real code paths:
+
+- verify:    the target's tree forward of n nodes per row (random valid trees), at ``context_len`` and, for
+             a few sizes, at a short context (how the cost moves with the context);
+- draft:     the draft's forward of n nodes per row (one tree layer n wide);
+- catch-up:  the draft's catch-up of a backlog of m committed tokens per row (a chain forward and its
+             commit), m = 1 ... 64;
+- AR step:   c_T, a plain decoding step through `SpeculativeGenerator` (loop included), not a bare forward.
+
+Each point is the median of ``repeats`` timed calls after one warm-up. The profile checks itself: a point
+whose repeats spread more than `MAX_SPREAD` (interquartile range over median) or that reads cheaper than a
+smaller size by more than `MONOTONE_SLACK` is measured again (up to `RETRIES` times); what stays out of
+line is written to ``notes`` (a profile taken while another process used the CPU read 64 nodes cheaper
+than 32). The `Profile` is JSON keyed by device, dtype, batch sizes, context length and models.
 """
 
 from __future__ import annotations
@@ -22,10 +36,17 @@ if TYPE_CHECKING:
     from .cache import TreeCache
     from .tree import TreeBatch
 
-__all__ = ["Profile", "profile", "cached_profile", "device_name", "model_name", "DEFAULT_SIZES", "DEFAULT_BATCH_SIZES"]
+__all__ = ["Profile", "profile", "cached_profile", "device_name", "model_name", "DEFAULT_SIZES", "DEFAULT_BATCH_SIZES",
+           "BACKLOGS", "FORMAT_VERSION"]
 
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DEFAULT_BATCH_SIZES = (1, 4, 8, 16)
+BACKLOGS = (1, 2, 4, 8, 16, 32, 64)  # catch-up lengths m
+FORMAT_VERSION = 2
+MAX_SPREAD = 0.25
+MONOTONE_SLACK = 0.05
+RETRIES = 2
+AR_STEPS = 8  # timed plain-decoding steps per repeat
 
 
 def device_name(device: torch.device) -> str:
@@ -90,14 +111,37 @@ def read_json(path: str | Path, what: str, kind: str) -> dict:
     return doc
 
 
-# ---------------------------------------------------------------------------------------------- profiling
+def check_version(doc: dict, what: str, redo: str) -> None:
+    """ValueError unless `doc` has this release's format version; `redo` says how to make a new one."""
+    version = doc.get("version")
+    if version != FORMAT_VERSION:
+        raise ValueError(f"{what}: format version {version!r}, this specdec reads version {FORMAT_VERSION} (the "
+                         "step cost model: version 1 held forward times only, without the AR step, the catch-up and "
+                         f"the context timings); {redo}")
+
+
+def _increasing(values: object, name: str, minimum: int = 1) -> tuple[int, ...]:
+    if (not isinstance(values, (list, tuple)) or len(values) < minimum
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
+            or list(values) != sorted(set(values))):
+        raise ValueError(f"{name}: expected at least {minimum} increasing positive ints, got {values!r:.80}")
+    return tuple(values)
+
+
+# ---------------------------------------------------------------------------------------------- the record
 @dataclass(frozen=True)
 class Profile:
-    """Median forward times of the target (a tree of n nodes) and the draft (one layer n wide).
+    """Median times of the parts of a step, per batch size (rows: ``batch_sizes``), in seconds.
 
-    verify_seconds[b][i]: target time at batch size batch_sizes[b] and tree size sizes[i], every row
-    holding a tree of sizes[i] nodes over a cache of context_len tokens. draft_seconds likewise (None
-    without a draft). spread: (q75 - q25) / median of the same repeats, per entry, for the record.
+    verify_seconds[b][i]:  the target's tree forward, sizes[i] nodes per row, over context_len tokens.
+    context_seconds[b][i]: the same at short_context tokens for context_sizes[i] (how verify moves with
+                           the context).
+    draft_seconds[b][i]:   the draft's forward of sizes[i] nodes per row (a tree layer that wide); None
+                           without a draft, like catch_up_seconds.
+    catch_up_seconds[b][j]: the draft's catch-up of backlogs[j] committed tokens per row.
+    ar_step_seconds[b]:    c_T, a plain decoding step through `SpeculativeGenerator` at context_len.
+    spread: (q75 - q25) / median of each point's repeats, by table; notes: what the self-check re-measured
+    and what stayed out of line.
     """
 
     device: str
@@ -109,52 +153,70 @@ class Profile:
     sizes: tuple[int, ...]
     repeats: int
     verify_seconds: tuple[tuple[float, ...], ...]
-    draft_seconds: tuple[tuple[float, ...], ...] | None
+    short_context: int
+    context_sizes: tuple[int, ...]
+    context_seconds: tuple[tuple[float, ...], ...]
+    ar_step_seconds: tuple[float, ...]
+    draft_seconds: tuple[tuple[float, ...], ...] | None = None
+    backlogs: tuple[int, ...] = BACKLOGS
+    catch_up_seconds: tuple[tuple[float, ...], ...] | None = None
     spread: dict[str, list[list[float]]] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
     versions: dict[str, str | None] = field(default_factory=dict)
     created: str = ""
 
     FORMAT = "specdec-profile"
 
     def save(self, path: str | Path) -> None:
-        doc = {"format": self.FORMAT, "version": 1, **asdict(self)}
+        doc = {"format": self.FORMAT, "version": FORMAT_VERSION, **asdict(self)}
         Path(path).write_text(json.dumps(doc, indent=1))
 
     @classmethod
     def load(cls, path: str | Path) -> "Profile":
-        """Read and validate a profile: missing fields, NaN or non-positive times, ragged tables -> ValueError."""
+        """Read and validate a profile: an older format, missing fields, NaN or non-positive times, ragged
+        tables -> ValueError naming what is wrong."""
         doc = read_json(path, "profile", cls.FORMAT)
+        check_version(doc, f"profile {path}", "profile again (specdec profile)")
         return cls.from_dict(doc, f"profile {path}")
 
     @classmethod
     def from_dict(cls, doc: dict, what: str = "profile") -> "Profile":
         require_fields(doc, ("device", "dtype", "target", "draft", "context_len", "batch_sizes", "sizes", "repeats",
-                       "verify_seconds", "draft_seconds"), what)
-        sizes = [int(s) for s in finite_list(doc["sizes"], f"{what}: sizes", len(doc["sizes"] or [0]))]
-        batch_sizes = [int(b) for b in finite_list(doc["batch_sizes"], f"{what}: batch_sizes",
-                                                    len(doc["batch_sizes"] or [0]))]
-        if sizes != sorted(set(sizes)) or len(sizes) < 3:
-            raise ValueError(f"{what}: sizes must be at least 3 increasing tree sizes, got {sizes}")
-        if batch_sizes != sorted(set(batch_sizes)):
-            raise ValueError(f"{what}: batch_sizes must be increasing, got {batch_sizes}")
+                             "verify_seconds", "short_context", "context_sizes", "context_seconds", "ar_step_seconds",
+                             "draft_seconds", "backlogs", "catch_up_seconds"), what)
+        sizes = _increasing(doc["sizes"], f"{what}: sizes", 3)
+        batch_sizes = _increasing(doc["batch_sizes"], f"{what}: batch_sizes")
+        context_sizes = _increasing(doc["context_sizes"], f"{what}: context_sizes")
+        backlogs = _increasing(doc["backlogs"], f"{what}: backlogs", 2)
+        for name in ("context_len", "short_context", "repeats"):
+            if not isinstance(doc[name], int) or isinstance(doc[name], bool) or doc[name] < 1:
+                raise ValueError(f"{what}: {name} must be a positive int, got {doc[name]!r}")
+        if doc["short_context"] >= doc["context_len"]:
+            raise ValueError(f"{what}: short_context {doc['short_context']} must be below context_len {doc['context_len']}")
         tables = {}
-        for name in ("verify_seconds", "draft_seconds"):
+        for name, columns, optional in (("verify_seconds", sizes, False), ("context_seconds", context_sizes, False),
+                                        ("draft_seconds", sizes, True), ("catch_up_seconds", backlogs, True)):
             rows = doc[name]
-            if rows is None and name == "draft_seconds":
+            if rows is None and optional:
                 tables[name] = None
                 continue
             if not isinstance(rows, (list, tuple)) or len(rows) != len(batch_sizes):
                 raise ValueError(f"{what}: {name} needs one row per batch size ({len(batch_sizes)})")
-            tables[name] = tuple(tuple(finite_list(r, f"{what}: {name}", len(sizes))) for r in rows)
-        if not isinstance(doc["context_len"], int) or doc["context_len"] < 1:
-            raise ValueError(f"{what}: context_len must be a positive int, got {doc['context_len']!r}")
+            tables[name] = tuple(tuple(finite_list(r, f"{what}: {name}", len(columns))) for r in rows)
+        if (tables["draft_seconds"] is None) != (tables["catch_up_seconds"] is None):
+            raise ValueError(f"{what}: draft_seconds and catch_up_seconds must both be present or both null")
+        ar_step = tuple(finite_list(doc["ar_step_seconds"], f"{what}: ar_step_seconds", len(batch_sizes)))
         return cls(device=str(doc["device"]), dtype=str(doc["dtype"]), target=str(doc["target"]),
                    draft=None if doc["draft"] is None else str(doc["draft"]), context_len=doc["context_len"],
-                   batch_sizes=tuple(batch_sizes), sizes=tuple(sizes), repeats=int(doc["repeats"]),
-                   verify_seconds=tables["verify_seconds"], draft_seconds=tables["draft_seconds"],
-                   spread=doc.get("spread") or {}, versions=doc.get("versions") or {}, created=doc.get("created", ""))
+                   batch_sizes=batch_sizes, sizes=sizes, repeats=doc["repeats"],
+                   verify_seconds=tables["verify_seconds"], short_context=doc["short_context"],
+                   context_sizes=context_sizes, context_seconds=tables["context_seconds"], ar_step_seconds=ar_step,
+                   draft_seconds=tables["draft_seconds"], backlogs=backlogs, catch_up_seconds=tables["catch_up_seconds"],
+                   spread=doc.get("spread") or {}, notes=tuple(doc.get("notes") or ()),
+                   versions=doc.get("versions") or {}, created=doc.get("created", ""))
 
 
+# ---------------------------------------------------------------------------------------------- measuring
 def _random_tree(batch_size: int, n: int, gen: torch.Generator, vocab: int, device: torch.device) -> "TreeBatch":
     """A random recursive tree of n nodes per row (parent of node i uniform in [0, i)): depth ~ ln n."""
     from .tree import TreeBatch
@@ -197,41 +259,111 @@ def _timed(fn: Callable[[], None], repeats: int, device: torch.device) -> list[f
     return out
 
 
-def _time_model(model: PreTrainedModel, batch_size: int, context_len: int, sizes: tuple[int, ...], repeats: int,
-                backend: str, gen: torch.Generator, bar) -> tuple[list[float], list[float]]:
-    """Median seconds and relative spread of a tree forward of each size over a filled cache."""
+def _spread(t: np.ndarray) -> float:
+    q25, med, q75 = np.percentile(t, [25, 50, 75])
+    return float((q75 - q25) / med)
+
+
+def _checked_series(steps: list[Callable[[], None]], repeats: int, device: torch.device, what: str,
+                    notes: list[str]) -> tuple[list[float], list[float]]:
+    """Median seconds and spread of each step (one per increasing size), with the self-check: points that
+    spread more than MAX_SPREAD or read cheaper than a smaller size are measured again (their repeats
+    pooled with the first ones), up to RETRIES rounds; what stays out of line goes to `notes`."""
+    samples = []
+    for step in steps:
+        _timed(step, 1, device)  # warm-up: allocator, kernel selection, Triton compilation
+        samples.append(np.array(_timed(step, repeats, device)))
+    for _ in range(RETRIES):
+        med = [float(np.median(s)) for s in samples]
+        bad = {i for i, s in enumerate(samples) if _spread(s) > MAX_SPREAD}
+        for i in range(1, len(med)):
+            if med[i] < med[i - 1] * (1 - MONOTONE_SLACK):
+                bad |= {i - 1, i}
+        if not bad:
+            break
+        for i in sorted(bad):
+            samples[i] = np.concatenate([samples[i], _timed(steps[i], repeats, device)])
+    med = [float(np.median(s)) for s in samples]
+    spread = [_spread(s) for s in samples]
+    wide = [i for i, s in enumerate(spread) if s > MAX_SPREAD]
+    falls = [i for i in range(1, len(med)) if med[i] < med[i - 1] * (1 - MONOTONE_SLACK)]
+    if wide or falls:
+        notes.append(f"{what}: after {RETRIES} re-measurements, points {wide} still spread over {MAX_SPREAD:.0%} and "
+                     f"points {falls} read cheaper than the size before them (the cost model makes them monotone)")
+    return med, spread
+
+
+def _tree_steps(model: PreTrainedModel, cache: "TreeCache", sizes: tuple[int, ...], backend: str,
+                gen: torch.Generator) -> list[Callable[[], None]]:
+    """One callable per size: a tree forward of n random nodes per row over `cache`, rolled back."""
     from .attention import tree_forward
     from .verify import vocab_size
 
-    cache = _filled_cache(model, batch_size, context_len, max(sizes))
-    medians, spreads = [], []
+    steps = []
     for n in sizes:
-        tree = _random_tree(batch_size, n, gen, vocab_size(model), model.device)
+        tree = _random_tree(cache.batch_size, n, gen, vocab_size(model), model.device)
         mask, pos = tree.ancestor_mask, tree.positions(cache.positions())
 
-        def step():
+        def step(tree=tree, mask=mask, pos=pos):
             tree_forward(model, cache, tree.tokens, pos, mask, backend=backend)
             cache.rollback()
 
-        _timed(step, 1, model.device)  # warm-up: allocator, kernel selection, Triton compilation
-        t = np.array(_timed(step, repeats, model.device))
-        q25, med, q75 = np.percentile(t, [25, 50, 75])
-        medians.append(float(med))
-        spreads.append(float((q75 - q25) / med))
-        bar.update(1)
-    return medians, spreads
+        steps.append(step)
+    return steps
+
+
+def _catch_up_steps(draft: PreTrainedModel, cache: "TreeCache", backlogs: tuple[int, ...], backend: str,
+                    gen: torch.Generator) -> list[Callable[[], None]]:
+    """One callable per backlog m: what `DraftRunner.catch_up` does for m tokens per row (a chain forward,
+    its commit, the logits at the root), then the commit undone so the cache stays at its context."""
+    from .attention import tree_forward
+    from .tree import TreeBatch
+    from .verify import vocab_size
+
+    B = cache.batch_size
+    steps = []
+    for m in backlogs:
+        tokens = torch.randint(0, vocab_size(draft), (B, m), generator=gen).to(cache.device)
+        count = torch.full((B,), m, dtype=torch.int64, device=cache.device)
+
+        def step(tokens=tokens, count=count, m=m):
+            chain = TreeBatch.chain(tokens, count)
+            logits = tree_forward(draft, cache, chain.tokens, chain.positions(cache.positions()), chain.ancestor_mask,
+                                  backend=backend)
+            cache.commit_prefix(count, np.full(B, m))
+            logits.gather(1, (count - 1)[:, None, None].expand(-1, 1, logits.shape[-1]))
+            cache.length -= count  # undo the commit: the next call starts from the same context
+            cache.host_length -= m
+
+        steps.append(step)
+    return steps
+
+
+def _ar_step_seconds(target: PreTrainedModel, batch_size: int, context_len: int, repeats: int, backend: str,
+                     gen: torch.Generator) -> tuple[float, float]:
+    """Median and spread of a plain decoding step through `SpeculativeGenerator` (ARSupplier) over random
+    prompts of context_len tokens; the first step, which also reads the prompt, is not counted."""
+    from .generate import SpeculativeGenerator
+    from .suppliers.base import ARSupplier
+    from .verify import vocab_size
+
+    loop = SpeculativeGenerator(target, ARSupplier(), backend=backend)
+    ids = torch.randint(0, vocab_size(target), (batch_size, context_len), generator=gen).to(target.device)
+    loop.generate(ids, max_new_tokens=2, eos_token_id=[], pad_token_id=0)  # warm-up
+    out = loop.generate(ids, max_new_tokens=1 + AR_STEPS * repeats, eos_token_id=[], pad_token_id=0)
+    t = np.array(out.stats.step_seconds[1:])
+    return float(np.median(t)), _spread(t)
 
 
 def profile(target: PreTrainedModel, draft: PreTrainedModel | None = None, *,
             batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES, context_len: int = 512,
             sizes: tuple[int, ...] = DEFAULT_SIZES, repeats: int = 5, backend: str = "auto",
             progress: bool = True) -> Profile:
-    """Time the target's tree forward (and the draft's layer forward) on this device.
+    """Time the parts of a step on this device (module docstring): the target's tree forward at each size
+    (and a few at a short context), the draft's layer forward and catch-up, and c_T through the loop.
 
-    For each batch size and tree size n: a `TreeCache` holding `context_len` tokens per row, a random valid
-    tree of n nodes per row, one warm-up forward (excluded), then `repeats` timed forwards; the median is
-    kept. CUDA events on a GPU, perf_counter on the CPU. Sizes must resolve the knee where verification
-    turns compute-bound (the default doubles from 1 to 256).
+    Sizes must resolve the knee where verification turns compute-bound (the default doubles from 1 to
+    256). A few seconds to minutes: the time is mostly the largest trees at the largest batch.
     """
     from tqdm import tqdm
 
@@ -246,43 +378,64 @@ def profile(target: PreTrainedModel, draft: PreTrainedModel | None = None, *,
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats: expected an int >= 1, got {repeats!r}")
     limit = target.config.get_text_config().max_position_embeddings
-    if not isinstance(context_len, int) or context_len < 1 or context_len + max(sizes) > limit:
-        raise ValueError(f"context_len: expected an int >= 1 with context_len + {max(sizes)} <= the model's "
-                         f"{limit} positions, got {context_len!r}")
+    need = max(max(sizes), max(BACKLOGS), 1 + AR_STEPS * repeats)
+    if not isinstance(context_len, int) or context_len < 4 or context_len + need > limit:
+        raise ValueError(f"context_len: expected an int >= 4 with context_len + {need} <= the model's {limit} "
+                         f"positions, got {context_len!r}")
     if draft is not None and draft.device != target.device:
         raise ValueError(f"draft: on {draft.device}, the target on {target.device}")
-    models = [("verify", target)] + ([("draft", draft)] if draft is not None else [])
-    for _, model in models:
-        install(model)
+    for model in (target, draft):
+        if model is not None:
+            install(model)
+    short = max(2, context_len // 4)
+    context_sizes = tuple(dict.fromkeys((sizes[0], sizes[len(sizes) // 2])))
     gen = torch.Generator().manual_seed(0)
-    table: dict[str, list[list[float]]] = {role: [] for role, _ in models}
-    spread: dict[str, list[list[float]]] = {role: [] for role, _ in models}
-    with torch.inference_mode(), tqdm(total=len(batch_sizes) * len(models) * len(sizes), desc="profile",
-                                      unit="shape", disable=not progress) as bar:
+    tables: dict[str, list] = {k: [] for k in ("verify", "context", "draft", "catch_up", "ar")}
+    spread: dict[str, list] = {k: [] for k in tables}
+    notes: list[str] = []
+    parts = 3 + (2 if draft is not None else 0)
+    device = target.device
+    with torch.inference_mode(), tqdm(total=len(batch_sizes) * parts, desc="profile", unit="part",
+                                      disable=not progress) as bar:
         for b in batch_sizes:
-            for role, model in models:
-                med, spr = _time_model(model, b, context_len, sizes, repeats, backend, gen, bar)
-                table[role].append(med)
-                spread[role].append(spr)
-    return Profile(device=device_name(target.device), dtype=str(target.dtype).removeprefix("torch."),
+            jobs = [("verify", target, context_len, sizes, _tree_steps), ("context", target, short, context_sizes,
+                                                                          _tree_steps)]
+            if draft is not None:
+                jobs += [("draft", draft, context_len, sizes, _tree_steps),
+                         ("catch_up", draft, context_len, BACKLOGS, _catch_up_steps)]
+            for name, model, ctx, columns, make in jobs:
+                cache = _filled_cache(model, b, ctx, max(columns))
+                med, spr = _checked_series(make(model, cache, columns, backend, gen), repeats, device,
+                                           f"{name} at batch {b}", notes)
+                tables[name].append(tuple(med))
+                spread[name].append(spr)
+                bar.update(1)
+            step, spr = _ar_step_seconds(target, b, context_len, repeats, backend, gen)
+            tables["ar"].append(step)
+            spread["ar"].append([spr])
+            bar.update(1)
+    has_draft = draft is not None
+    return Profile(device=device_name(device), dtype=str(target.dtype).removeprefix("torch."),
                    target=model_name(target), draft=model_name(draft), context_len=context_len,
-                   batch_sizes=batch_sizes, sizes=sizes, repeats=repeats,
-                   verify_seconds=tuple(map(tuple, table["verify"])),
-                   draft_seconds=tuple(map(tuple, table["draft"])) if draft is not None else None,
-                   spread=spread, versions=_versions(), created=time.strftime("%Y-%m-%dT%H:%M:%S"))
+                   batch_sizes=batch_sizes, sizes=sizes, repeats=repeats, verify_seconds=tuple(tables["verify"]),
+                   short_context=short, context_sizes=context_sizes, context_seconds=tuple(tables["context"]),
+                   ar_step_seconds=tuple(tables["ar"]), draft_seconds=tuple(tables["draft"]) if has_draft else None,
+                   backlogs=BACKLOGS, catch_up_seconds=tuple(tables["catch_up"]) if has_draft else None,
+                   spread={k: v for k, v in spread.items() if v}, notes=tuple(notes), versions=_versions(),
+                   created=time.strftime("%Y-%m-%dT%H:%M:%S"))
 
 
 def cached_profile(target: PreTrainedModel, draft: PreTrainedModel | None = None, *, progress: bool = True,
                    **settings) -> Profile:
     """`profile(target, draft, **settings)`, run once per device, dtype, models and settings and kept as JSON
     under $SPECDEC_CACHE/profiles (default ~/.cache/specdec/profiles). A cached file that no longer
-    validates is measured again."""
+    validates (damaged, or written in an older format) is measured again."""
     import hashlib
     from .models import cache_dir
     from . import __version__
 
     key = json.dumps({"device": device_name(target.device), "dtype": str(target.dtype), "target": model_name(target),
-                      "draft": model_name(draft), "specdec": __version__,
+                      "draft": model_name(draft), "specdec": __version__, "format": FORMAT_VERSION,
                       **{k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}}, sort_keys=True)
     root = cache_dir() / "profiles"
     path = root / f"profile-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"

@@ -4,6 +4,7 @@ output identity of the retrieval supplier (DESIGN 5, issue 9)."""
 from __future__ import annotations
 
 import json
+import math
 import sysconfig
 from dataclasses import replace
 from pathlib import Path
@@ -22,8 +23,9 @@ from specdec.demo_pair import pair_path
 from specdec.models import load_tokenizer
 from specdec.state import DecodeState
 from specdec.profiling import device_name
-from specdec.suppliers.retrieval import _leaves_before, smart_keep
+from specdec.planner import StepPlanner, _leaves_before, plan_trie
 from specdec.suppliers.trie import prefix_trie
+from test_cost import make_cost
 from test_generate import models, reference  # noqa: F401  (the architecture grid fixture and the oracle)
 
 
@@ -353,33 +355,41 @@ def test_match_type_is_exported():
 
 # ---------------------------------------------------------------------------------------------- SMART's rule
 def exp_cost(delta: float) -> CostModel:
-    """Verification cost C(n) = 1 + (exp(delta n) - 1) = exp(delta n), so SMART's test alpha * gain / C'(n) >
-    L / C(n) reads alpha * gain / delta > L. lambda = 5 is a draft cost that retrieval must ignore."""
-    return CostModel(c0=1.0, lam=5.0, gamma=1.0, delta=delta, rho=1.0, form="paper", c_target=1.0, batch_size=1,
-                     context_len=0, batch_rule="test", device=device_name(torch.device("cpu")), dtype="float32",
-                     target="", draft=None,
-                     sizes=(1, 2, 4), verify_seconds=(1.0, 1.0, 1.0), draft_seconds=None, fits={}, errors={})
+    """Verification V(n) = exp(delta n), no loop or draft cost: SMART's test on a trie, alpha * gain * V(n) >
+    L * (V(n + 1) - V(n)), reads alpha * gain > L * (exp(delta) - 1)."""
+    return make_cost(1.0, 1.0, delta, 1.0)
+
+
+def trie_planner(cost: CostModel) -> StepPlanner:
+    """A retrieval planner on `cost` whose calibration is the identity (a node's probability is its share)."""
+    planner = StepPlanner(3, choices=(0, 3), host=True)
+    planner.start(cost)
+    planner.calibration = lambda p: p
+    return planner
+
+
+def keep_of(trie, planner, alpha: float, benefit: str) -> np.ndarray:
+    return plan_trie(trie.parents, trie.counts, trie.num_nodes, planner, alpha, benefit)[0]
 
 
 def test_smart_rule_on_a_hand_worked_trie():
     # 10 continuations; prefixes by frequency: [1] .8, [1 2] .5, [1 3] .3, [4] .1 ... (counts 8, 5, 3, 1, ...)
     cont = np.array([[[1, 2, 5]] * 5 + [[1, 3, -1]] * 3 + [[4, -1, -1]] + [[6, 7, -1]]])
     trie = prefix_trie(cont)
-    cost = replace(exp_cost(0.1), lam=0.0)  # the supplier drops lambda the same way
+    planner = trie_planner(exp_cost(math.log1p(0.1)))  # each node's verification costs 10% more than the last
     # frequency order [1] .8, [1 2] .5, [1 2 5] .5, [1 3] .3, [4] .1, [6] .1, [6 7] .1; paths before each:
     order = np.array([[1, 4, 7, 5, 2, 3, 6]])  # those prefixes' node indices in the breadth-first trie
     assert [trie.tokens[0, i] for i in order[0]] == [1, 2, 5, 3, 4, 6, 7]
-    assert _leaves_before(trie, order, np.ones_like(order, dtype=bool)).tolist() == [[1, 1, 1, 1, 2, 3, 4]]
+    assert _leaves_before(trie.parents, order, np.ones_like(order, dtype=bool)).tolist() == [[1, 1, 1, 1, 2, 3, 4]]
     # "expected", alpha 1 (test 10 p > L_j): .8 > .1, .5 > .18, .5 > .23, .3 > .28, then .1 > .31 fails
-    keep = smart_keep(trie, cost, alpha=1.0, benefit="expected")
-    sub = trie.select(keep)
+    sub = trie.select(keep_of(trie, planner, 1.0, "expected"))
     paths = {tuple(p) for p in tree_paths(sub)}
     assert sub.num_nodes.tolist() == [5] and paths == {(1, 2, 5), (1, 3)}
     # "paper", alpha .7 (test 7 p / leaves > L_j): 5.6 > 1, 3.5 > 1.8, 3.5 > 2.3, then 2.1 > 2.8 fails
-    assert trie.select(smart_keep(trie, cost, 0.7, "paper")).num_nodes.tolist() == [4]
+    assert trie.select(keep_of(trie, planner, 0.7, "paper")).num_nodes.tolist() == [4]
     # alpha 3.15: [4] passes "expected" (3.15 > L 3.1, then [6] fails: 3.15 < 3.2) but not "paper" (3.15 / 2 leaves)
-    assert trie.select(smart_keep(trie, cost, 3.15, "expected")).num_nodes.tolist() == [6]
-    assert trie.select(smart_keep(trie, cost, 3.15, "paper")).num_nodes.tolist() == [5]
+    assert trie.select(keep_of(trie, planner, 3.15, "expected")).num_nodes.tolist() == [6]
+    assert trie.select(keep_of(trie, planner, 3.15, "paper")).num_nodes.tolist() == [5]
 
 
 def tree_paths(trie) -> list[list[int]]:
@@ -403,12 +413,13 @@ def test_smart_rule_sizes_trees_between_root_and_budget(tmp_path):
     sizes = {}
     for name, delta in (("flat", 1e-6), ("steep", 3.0)):
         sup = specdec.RetrievalSupplier(store, budget=24, cost_model=exp_cost(delta))
+        sup.start(state)
         tree = sup.propose(state)
         tree.validate(vocab_size=VOCAB)
         sizes[name] = int(tree.num_nodes[0])
     plain = int(specdec.RetrievalSupplier(store, budget=24).propose(state).num_nodes[0])
-    assert sizes["flat"] == plain == 24  # cost nearly flat: the budget binds (had lambda = 5 counted: root only)
-    assert sizes["steep"] == 1  # each node costs e^3 times the last: the root alone
+    assert sizes["flat"] == plain == 24  # cost nearly flat: the budget binds
+    assert sizes["steep"] == 1  # each node costs e^3 times the last: a plain step, the root alone
 
 
 @pytest.mark.hf

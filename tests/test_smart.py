@@ -1,34 +1,32 @@
-"""SmartSupplier: trees equal a plain-Python SMART, budget and cost extremes, output identity, online refit."""
+"""SmartSupplier: the planner's extremes (never pays: the draft never runs; always pays: deep trees), budget,
+output identity (with plain stretches and catch-ups), online costs, argument errors."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
-import numpy as np
 import pytest
 import torch
 
 import specdec
 from conftest import ARCHS, VOCAB, make_model, perturbed, ragged_prompts
 from specdec.cost import CostModel
-from specdec.profiling import device_name
+from specdec.planner import Plan
 from specdec.state import DecodeState
-from test_cost import synthetic_profile
+from test_cost import make_cost, synthetic_profile
 from test_generate import reference
 
 
-def fixed_cost(c0: float, lam: float, gamma: float, delta: float, rho: float, batch_size: int = 1) -> CostModel:
-    """A cost model with given coefficients (the fit is tested in test_cost.py)."""
-    sizes = (1, 2, 4)
-    return CostModel(c0, lam, gamma, delta, rho, "intercept", c0 + gamma * math.expm1(delta), batch_size, 512,
-                     "profiled", device_name(torch.device("cpu")), "float32", "", "", sizes, (1.0, 1.0, 1.0), None,
-                     {"paper": [0.0, lam, gamma, delta, rho], "intercept": [c0, lam, gamma, delta, rho]},
-                     {"paper": 0.1, "intercept": 0.1})
+def fixed_cost(c0: float, gamma: float, delta: float, rho: float, batch_size: int = 1, *, layer: float = 1e-4,
+               catch_up: float = 1e-4) -> CostModel:
+    """A step cost with given parts (the fit is tested in test_cost.py): verify c0 + gamma (exp(delta n^rho)
+    - 1), flat draft layer and catch-up."""
+    return make_cost(c0, gamma, delta, rho, layer=layer, catch_up=catch_up, batch_size=batch_size)
 
 
-# C(1) = 10 ms, growing ~1% per node at first and steeply past ~60 nodes: SMART's trees of 5-20 nodes.
-MODERATE = dict(c0=0.01, lam=1e-5, gamma=2e-4, delta=0.05, rho=1.0)
+# An AR step of 10 ms, verification growing ~1% per node at first and steeply past ~60 nodes, draft layers of
+# 0.1 ms: drafting pays and SMART's trees hold 5-20 nodes.
+MODERATE = dict(c0=0.01, gamma=2e-4, delta=0.05, rho=1.0)
 
 
 def state_for(ids, mask, capacity=96):
@@ -47,67 +45,47 @@ def first_tree(target, draft, cost, lengths, **kw):
     return ids, mask, sup, tree
 
 
-def python_smart(draft, context: list[int], cost: list[float], *, k: int, frontier: int, alpha: float,
-                 budget: int, max_depth: int, benefit: str) -> tuple[list[int], list[int]]:
-    """SMART's layer-by-layer rule for one row, in plain Python (float64), with full-context draft forwards."""
-    c0, lam, gamma, delta, rho = cost
-    C = lambda n: c0 + lam * n + gamma * math.expm1(delta * n ** rho)  # noqa: E731
-    dC = lambda n: lam + gamma * delta * rho * n ** (rho - 1) * math.exp(delta * n ** rho)  # noqa: E731
-    tokens, parents = [context[-1]], [-1]
-    size, L, leaves = 1, 1.0, 1
-    front = [(0, [], 0.0)]  # (tree node, path tokens after the root, path log-prob)
-    for _ in range(max_depth):
-        cands = []
-        for f, (node, path, lp) in enumerate(front):
-            logits = draft(torch.tensor([context + path])).logits[0, -1].double()
-            logsm = torch.log_softmax(logits, -1).tolist()
-            best = sorted(range(len(logsm)), key=lambda t: (-logits[t].item(), t))[:k]
-            cands += [(lp + logsm[t], f * k + r, t, f) for r, t in enumerate(best)]
-        cands.sort(key=lambda c: (-c[0], c[1]))
-        kept = []
-        for j, (lp, _, t, f) in enumerate(cands):
-            n, p = size + j, math.exp(lp)
-            gain = p / leaves if benefit == "paper" else p
-            L_j = L + sum(math.exp(c[0]) for c in kept)
-            if not (alpha * gain / dC(n) > L_j / C(n) and n + 1 <= budget):
-                break
-            kept.append((lp, _, t, f))
-        if not kept:
-            break
-        leaves += len(kept) - len({c[3] for c in kept})
-        L += sum(math.exp(c[0]) for c in kept)
-        new_front = []
-        for lp, _, t, f in kept:
-            tokens.append(t)
-            parents.append(front[f][0])
-            if len(new_front) < frontier:
-                new_front.append((len(tokens) - 1, front[f][1] + [t], lp))
-        size += len(kept)
-        front = new_front
-    return tokens, parents
+def count_forwards(model) -> list[int]:
+    calls = [0]
+    model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    return calls
 
 
-@pytest.mark.parametrize("benefit, k, frontier, alpha", [("paper", 3, 2, 0.8), ("expected", 3, 4, 0.5)])
-def test_trees_equal_plain_python_smart(benefit, k, frontier, alpha):
+def generate(target, sup, ids, mask, n, eos=()):
+    return specdec.SpeculativeGenerator(target, sup).generate(ids, attention_mask=mask, max_new_tokens=n,
+                                                              eos_token_id=list(eos), pad_token_id=0)
+
+
+@pytest.mark.parametrize("lengths", [[7], [5, 11, 8]])
+def test_when_drafting_never_pays_the_draft_never_runs(lengths):
     target = make_model("llama")
     draft = perturbed(target)
-    cost = fixed_cost(**MODERATE)
-    ids, mask, sup, tree = first_tree(target, draft, cost, [6, 9], topk=k, frontier=frontier, alpha=alpha,
-                                      max_depth=4, benefit=benefit)
-    sizes = tree.num_nodes.tolist()
-    assert max(sizes) > 3  # the trees grew past the first layer's children
-    for b in range(2):
-        context = ids[b][mask[b] == 1].tolist()
-        want_tok, want_par = python_smart(draft, context, cost.coefficients, k=k, frontier=frontier, alpha=alpha,
-                                          budget=sup.budget, max_depth=4, benefit=benefit)
-        n = sizes[b]
-        assert tree.tokens[b, :n].tolist() == want_tok, f"row {b}"
-        assert tree.parents[b, :n].tolist() == want_par, f"row {b}"
+    calls = count_forwards(draft)
+    # A draft layer or catch-up of a second against a 10 ms AR step: no tree can pay, not even as a probe.
+    cost = fixed_cost(**MODERATE, batch_size=len(lengths), layer=1.0, catch_up=1.0)
+    ids, mask = ragged_prompts(lengths)
+    out = generate(target, specdec.SmartSupplier(draft, cost, topk=3, frontier=3, max_depth=5), ids, mask, 16)
+    assert torch.equal(out.sequences, reference(target, ids, mask, 16, eos=[]))
+    assert calls[0] == 0  # not even the prompt's prefill
+    assert out.stats.plan.steps_drafted == 0 and out.stats.plan.steps_ar > 0 and out.stats.plan.probes == 0
+    assert out.stats.mean_tree_size == 1.0 and out.stats.mean_accepted_length == 1.0
+
+
+def test_when_drafting_always_pays_trees_are_deep():
+    target = make_model("qwen2")
+    # Verification nearly free per node, draft forwards free, the draft the target itself (every token accepted).
+    cheap = fixed_cost(c0=0.01, gamma=1e-9, delta=1e-3, rho=1.0, layer=1e-7, catch_up=1e-7)
+    ids, mask = ragged_prompts([6])
+    sup = specdec.SmartSupplier(target, cheap, topk=2, frontier=2, max_depth=5, online=False)
+    out = generate(target, sup, ids, mask, 25)
+    assert torch.equal(out.sequences, reference(target, ids, mask, 25, eos=[]))
+    assert out.stats.plan.steps_ar == 0
+    assert out.stats.accepted_lengths[:-1] == [6] * (len(out.stats.accepted_lengths) - 1)  # depth 5 + bonus each step
 
 
 def test_nearly_free_verification_grows_to_the_budget():
     target = make_model("qwen2")
-    free = fixed_cost(c0=1.0, lam=1e-9, gamma=1e-9, delta=1e-3, rho=1.0)
+    free = fixed_cost(c0=1.0, gamma=1e-9, delta=1e-3, rho=1.0, layer=1e-9, catch_up=1e-9)
     _, _, sup, tree = first_tree(target, perturbed(target), free, [5, 8, 3], topk=3, frontier=3, budget=12)
     assert tree.num_nodes.tolist() == [12, 12, 12] and tree.size == 12 == sup.max_tree_size()
     _, _, sup, tree = first_tree(target, perturbed(target), free, [5], topk=2, frontier=2, max_depth=3)
@@ -117,11 +95,10 @@ def test_nearly_free_verification_grows_to_the_budget():
 
 def test_steep_cost_yields_the_root_alone_and_plain_decoding():
     target = make_model("qwen3")
-    steep = fixed_cost(c0=0.0, lam=0.0, gamma=1.0, delta=5.0, rho=1.0, batch_size=2)  # dC(1)/C(1) ~ 5: nothing pays
+    steep = fixed_cost(c0=0.0, gamma=1.0, delta=5.0, rho=1.0, batch_size=2)  # V(n + 1) ~ e^5 V(n): nothing pays
     ids, mask, _, tree = first_tree(target, target, steep, [5, 8], topk=4, frontier=4, alpha=1.0)
     assert tree.size == 1 and tree.num_nodes.tolist() == [1, 1] and tree.max_depth == 0
-    out = specdec.SpeculativeGenerator(target, specdec.SmartSupplier(target, steep)).generate(
-        ids, attention_mask=mask, max_new_tokens=6, eos_token_id=[], pad_token_id=0)
+    out = generate(target, specdec.SmartSupplier(target, steep), ids, mask, 6)
     assert torch.equal(out.sequences, reference(target, ids, mask, 6, eos=[]))
     assert out.stats.mean_accepted_length == 1.0 and out.stats.mean_tree_size == 1.0
 
@@ -145,27 +122,50 @@ def test_identity(models, case):
     ids, mask = ragged_prompts([[7], [5, 11, 8]][case])
     ref = reference(target, ids, mask, 20, eos=[])
     sup = specdec.SmartSupplier(draft, fixed_cost(**MODERATE, batch_size=ids.shape[0]), alpha=alpha, topk=3,
-                                frontier=3, max_depth=5,
+                                frontier=3, max_depth=5, online=False,
                                 padding_aware=case == 1 and arch == "llama", early_stop=arch != "qwen3")
-    out = specdec.SpeculativeGenerator(target, sup).generate(ids, attention_mask=mask, max_new_tokens=20,
-                                                             eos_token_id=[], pad_token_id=0)
+    out = generate(target, sup, ids, mask, 20)
     assert torch.equal(out.sequences, ref), f"{arch} alpha {alpha}"
     assert out.stats.mean_tree_size > 2 and out.stats.mean_accepted_length > 1.0  # trees were built and used
 
 
+def plan_schedule(sup, depths: list[int]) -> list[int]:
+    """Make `sup`'s planner take the given depth caps, one per step (then its own choice); returns the
+    draft's backlog at each step, as the planner saw it."""
+    planner, real, seen = sup.planner, sup.planner.plan, []
+    schedule = iter(depths)
+
+    def plan(backlog: int = 1, context: float | None = None) -> Plan:
+        seen.append(backlog)
+        chosen = real(backlog, context)
+        depth = next(schedule, None)
+        planner._plan = chosen if depth is None else replace(chosen, depth=depth)
+        return planner._plan
+
+    planner.plan = plan
+    return seen
+
+
+# Plain stretches of 1 to 6 steps between drafting steps: the draft's backlog grows, then one catch-up.
+SCHEDULE = [3, 0, 0, 0, 0, 0, 0, 2, 0, 4, 0, 0, 3, 3, 0, 0, 0, 1, 0, 5]
+
+
 @pytest.mark.hf
-def test_identity_eos_mid_batch(models):
+@pytest.mark.parametrize("case", ["batch1", "ragged3", "eos"])
+def test_identity_across_plain_stretches(models, case):
     arch, target, draft = models
-    ids, mask = ragged_prompts([6, 10, 9], seed=3)
-    free = reference(target, ids, mask, 20, eos=None)[:, ids.shape[1]:]
-    eos = int(free[0, 4])
-    ref = reference(target, ids, mask, 20, eos=eos)
-    sup = specdec.SmartSupplier(draft, fixed_cost(**MODERATE, batch_size=3), alpha=ALPHAS[arch][2], topk=3,
-                                frontier=2,
-                                benefit="expected" if arch == "qwen2" else "paper")
-    out = specdec.SpeculativeGenerator(target, sup).generate(ids, attention_mask=mask, max_new_tokens=20,
-                                                             eos_token_id=eos, pad_token_id=0)
-    assert torch.equal(out.sequences, ref), arch
+    ids, mask = ragged_prompts([7] if case == "batch1" else [6, 10, 9], seed=3)
+    eos = []
+    if case == "eos":
+        eos = [int(reference(target, ids, mask, 24, eos=None)[0, ids.shape[1] + 6])]
+    ref = reference(target, ids, mask, 24, eos=eos[0] if eos else [])
+    sup = specdec.SmartSupplier(draft, fixed_cost(**MODERATE, batch_size=ids.shape[0]), topk=2, frontier=2,
+                                max_depth=5, early_stop=arch != "mistral", online=False)
+    backlogs = plan_schedule(sup, SCHEDULE)
+    out = generate(target, sup, ids, mask, 24, eos)
+    assert torch.equal(out.sequences, ref), f"{arch} {case}"
+    assert max(backlogs) >= 7  # six plain steps of one token each, then the root: caught up in one forward
+    assert out.stats.plan.steps_ar >= 10 and out.stats.plan.steps_drafted >= 3
 
 
 def test_profile_source_fits_the_running_batch_size():
@@ -173,44 +173,18 @@ def test_profile_source_fits_the_running_batch_size():
     prof = synthetic_profile(batch_sizes=(1, 4), scales=(1.0, 2.0))
     sup = specdec.SmartSupplier(perturbed(target), prof, topk=2, frontier=2, max_depth=3)
     ids, mask = ragged_prompts([4, 6, 5])
-    specdec.SpeculativeGenerator(target, sup).generate(ids, attention_mask=mask, max_new_tokens=3, eos_token_id=[],
-                                                       pad_token_id=0)
-    assert sup.cost_model.batch_size == 3 and sup.cost_model.batch_rule == "interpolated between 1 and 4"
-
-
-def test_online_refit_rescales_verification_to_the_measured_times():
-    target = make_model("llama")
-    base = fixed_cost(**MODERATE)
-    sup = specdec.SmartSupplier(perturbed(target), base, topk=2, frontier=2, refit_every=4)
-    ids, mask = ragged_prompts([5])
-    sup.attach(target)
-    sup.start(state_for(ids, mask))
-    for width in (1, 3, 5, 9):
-        sup.record_verify(width, 3.0 * (base.predict(width) - base.lam * width))
-    assert sup.cost_model.gamma == pytest.approx(3 * base.gamma) and sup.cost_model.c0 == pytest.approx(3 * base.c0)
-    assert sup.cost_model.lam == base.lam and "rescaled x3" in sup.cost_model.batch_rule
-    assert torch.allclose(sup._cost, sup.cost_model.as_tensor())
-    sup.record_verify(4, 1.0)  # a window of 4 starts over: one observation changes nothing yet
-    assert sup.cost_model.gamma == pytest.approx(3 * base.gamma)
-
-
-def test_online_refit_runs_inside_generate():
-    target = make_model("qwen2")
-    sup = specdec.SmartSupplier(perturbed(target), fixed_cost(**MODERATE), topk=2, frontier=2, max_depth=4,
-                                refit_every=2)
-    ids, mask = ragged_prompts([7, 4])
-    out = specdec.SpeculativeGenerator(target, sup).generate(ids, attention_mask=mask, max_new_tokens=12,
-                                                             eos_token_id=[], pad_token_id=0)
-    assert torch.equal(out.sequences, reference(target, ids, mask, 12, eos=[]))
-    assert "rescaled" in sup.cost_model.batch_rule  # measured verify times replaced the fixed model's level
+    generate(target, sup, ids, mask, 3)
+    model = sup.planner.costs.model
+    assert model.batch_size == 3 and model.batch_rule == "interpolated between 1 and 4"
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
     ({"alpha": 0}, ValueError, "alpha: expected a number > 0"),
+    ({"margin": -1}, ValueError, "margin: expected a number > 0"),
     ({"budget": 0}, ValueError, "budget: expected None or an int >= 1"),
     ({"frontier": 0}, ValueError, "frontier: expected an int >= 1"),
+    ({"probe_every": 0}, ValueError, "probe_every: expected an int >= 1"),
     ({"benefit": "max"}, ValueError, "benefit: 'max' is not one of"),
-    ({"refit_every": 0}, ValueError, "refit_every: expected None or an int >= 1"),
     ({"topk": VOCAB + 1}, ValueError, "topk: 97 exceeds the draft's vocabulary"),
     ({"cost_model": {"c0": 1}}, TypeError, "cost_model: expected a CostModel or a Profile"),
 ])
@@ -227,7 +201,7 @@ def test_cost_model_fitted_at_another_batch_size_warns():
     ids, mask = ragged_prompts([5])
     with pytest.warns(UserWarning, match="fitted at batch size 8, running at 1"):
         sup.start(state_for(ids, mask))
-    assert np.isfinite(sup.cost_model.coefficients).all()
+    assert sup.planner.costs.model.batch_size == 8
 
 
 def test_reprofile_measures_a_batch_size_outside_the_profile():
@@ -236,21 +210,20 @@ def test_reprofile_measures_a_batch_size_outside_the_profile():
                    repeats=1)
     sup = specdec.SmartSupplier(perturbed(target), prof, topk=2, frontier=2, max_depth=3, reprofile=True)
     ids, mask = ragged_prompts([4, 6, 5])
-    out = specdec.SpeculativeGenerator(target, sup).generate(ids, attention_mask=mask, max_new_tokens=3,
-                                                             eos_token_id=[], pad_token_id=0)
+    out = generate(target, sup, ids, mask, 3)
     assert torch.equal(out.sequences, reference(target, ids, mask, 3, eos=[]))
     assert sup.source.batch_sizes == (1, 2, 3) and sup.source.verify_seconds[:2] == prof.verify_seconds
-    assert all(t > 0 for t in sup.source.verify_seconds[2]) and sup.cost_model.batch_rule == "profiled"
+    assert all(t > 0 for t in sup.source.verify_seconds[2]) and sup.planner.costs.model.batch_rule == "profiled"
 
 
 def test_bench_variants_parse_and_fit_batch_pins_the_cost_model():
     from specdec.harness import make_supplier, smart_variant
 
     assert smart_variant("default") == {}
-    assert smart_variant("alpha=0.5,budget=none,padding_aware=1") == {"alpha": 0.5, "budget": None,
-                                                                      "padding_aware": True}
+    assert smart_variant("alpha=0.5,budget=none,padding_aware=1,planner=0") == {
+        "alpha": 0.5, "budget": None, "padding_aware": True, "planner": False}
     with pytest.raises(ValueError, match="--smart-variants: 'alpha=x': 'x' is not a valid float"):
         smart_variant("alpha=x")
     prof = synthetic_profile(batch_sizes=(1, 4), scales=(1.0, 2.0))
-    sup = make_supplier("smart", make_model("llama"), cost=prof, smart=smart_variant("fit_batch=1,refit_every=8"))
-    assert isinstance(sup.source, CostModel) and sup.source.batch_size == 1 and sup.refit_every == 8
+    sup = make_supplier("smart", make_model("llama"), cost=prof, smart=smart_variant("fit_batch=1,probe_every=8"))
+    assert isinstance(sup.source, CostModel) and sup.source.batch_size == 1 and sup.planner.probe_every == 8

@@ -162,7 +162,7 @@ def smart_expand_ref(
     B, F, V = logits.shape
     device = logits.device
     x = logits.float()
-    children = torch.topk(_desc_key(x), k, dim=-1).indices  # [B, F, k]: logit desc, token id asc
+    children = _top_children(x, k)  # [B, F, k]: logit desc, token id asc
     child_logp = torch.log_softmax(x, dim=-1).gather(-1, children)  # [B, F, k]
     active = (frontier_logp != float("-inf"))[:, :, None]  # [B, F, 1]
     path = torch.where(active, frontier_logp[:, :, None] + child_logp, float("-inf")).reshape(B, F * k)
@@ -185,6 +185,25 @@ def smart_expand_ref(
         tree_size=tree_size.to(torch.int64) + keep.sum(-1),
         expected_len=expected_len + torch.where(keep, prob, 0.0).sum(-1),
     )
+
+
+def _top_children(x: Tensor, k: int) -> Tensor:
+    """[..., k] int64 indices of the k largest of x [..., V] float32, ordered by (x descending, index
+    ascending), the order `_desc_key` defines.
+
+    On a CPU a float top-(k + 1) finds the same set unless the k-th and (k + 1)-th values tie (then the keys
+    decide, for every slot: reading that flag is a memory read there, no device sync); ties inside the set
+    are put in index order by a stable sort of k values. Measured on a 2-core CPU, V = 4096, [16, 8] slots,
+    k = 8: 0.5 ms against 9 ms for the int64 keys of every logit. Elsewhere (the reference on a GPU) the keys.
+    """
+    if x.device.type != "cpu" or k >= x.shape[-1]:
+        return torch.topk(_desc_key(x), k, dim=-1).indices
+    values, index = torch.topk(x, k + 1, dim=-1)
+    if bool((values[..., k - 1] == values[..., k]).any()):  # a tie at the cut: only the keys know who is in
+        return torch.topk(_desc_key(x), k, dim=-1).indices
+    index, by_index = torch.sort(index[..., :k], dim=-1)
+    order = torch.sort(values[..., :k].gather(-1, by_index), dim=-1, descending=True, stable=True).indices
+    return index.gather(-1, order)
 
 
 def _desc_key(x: Tensor) -> Tensor:

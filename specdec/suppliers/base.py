@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 import torch
 from transformers import PreTrainedModel
 
+from ..planner import PlanStats, StepRecord
 from ..state import DecodeState
 from ..tree import TreeBatch
 from ..verify import Acceptance
@@ -18,8 +19,8 @@ class Supplier(ABC):
     """Proposes one candidate tree per row each step.
 
     Life cycle per `generate` call: `attach(target)` once when the generator is built (compatibility
-    checks), `start(state)` after the target's prefill, then per step `propose(state)` and
-    `commit(acceptance)`. `max_tree_size(batch_size)` bounds the nodes per row (root included) of every
+    checks), `start(state)` after the target's prefill, then per step `propose(state)`, `commit(acceptance)`
+    and `record_step(step)`; `report()` at the end of the call. `max_tree_size(batch_size)` bounds the nodes per row (root included) of every
     proposed tree, so caches are sized before decoding starts.
     """
 
@@ -38,9 +39,14 @@ class Supplier(ABC):
     def commit(self, acceptance: Acceptance) -> None:
         """Learn what the target accepted (advance a draft cache, ...)."""
 
-    def record_verify(self, width: int, seconds: float) -> None:
-        """The step's verification took `seconds` (host wall-clock, its sync included) for trees padded to
-        `width` nodes at this batch's size; suppliers that adapt to measured costs (SMART) use it."""
+    def record_step(self, step: StepRecord) -> None:
+        """What the loop measured in the step just committed (stage times, width, accepted lengths); the
+        suppliers that plan their steps (SMART, retrieval and prompt lookup with a cost model) learn from it.
+        Not called for a call's first step, which also reads the prompt."""
+
+    def report(self) -> PlanStats | None:
+        """The step planner's report since `start` (None for suppliers without one)."""
+        return None
 
 
 def root_only(root: torch.Tensor) -> TreeBatch:

@@ -31,6 +31,7 @@ b gets {ba, bb} and a gets {aa} (its second child is drawn and cut: 1 + 2 + 3 = 
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 from transformers import PreTrainedModel
@@ -47,18 +48,29 @@ __all__ = ["DraftSupplier", "DraftRunner"]
 
 
 class DraftRunner:
-    """The draft model's side of a step, shared by `DraftSupplier` and `SmartSupplier`.
+    """The draft model's side of a step, shared by `DraftSupplier` and `SmartSupplier` (and the interface
+    an EAGLE runner offers too).
 
-    Owns the draft's `TreeCache`: `start` prefills it, `catch_up` forwards and commits the tokens the
-    target accepted last step (returning the draft's logits at the root), `begin_tree` clears the ancestry
-    of the tree region, `forward_layer` forwards one frontier layer with tree attention, `commit` drops the
-    tree region and queues the next catch-up chain.
+    Owns the draft's `TreeCache` and a per-row *backlog*: the committed tokens the draft has not
+    processed yet. `start` queues the prompts' prefill (all but the root, which opens the backlog; it runs
+    with the first catch-up); `commit`
+    appends each step's accepted tokens and bonus to the backlog (it never overwrites it, so steps that do
+    not draft simply let it grow); `catch_up` forwards the whole backlog, ragged rows in one chain forward,
+    commits it to the cache and returns the draft's logits at the root; `begin_tree` and `forward_layer`
+    draft a tree over the cache's tree region, dropped at the next `commit`.
+
+    backlog: [B] int64 on the host, pending tokens per row (the root included), so a planner prices the
+    catch-up without a device sync. It can grow to max_new_tokens plus a tree's depth; the cache is sized
+    for it (`DecodeState.capacity` leaves that much room above the committed tokens).
     """
 
     def __init__(self, draft: PreTrainedModel, backend: str = "auto"):
         self.draft = draft
         self.backend = backend
         self.cache: TreeCache | None = None
+        self._prompt: tuple[Tensor, Tensor] | None = None  # (ids [B, P - 1], start [B]) until the prefill runs
+        self.backlog = np.zeros(0, dtype=np.int64)
+        self._pending = np.zeros((0, 0), dtype=np.int64)  # [B, room]: row b's backlog is [:backlog[b]]
 
     def attach(self, target: PreTrainedModel) -> None:
         if vocab_size(self.draft) != vocab_size(target):
@@ -69,48 +81,69 @@ class DraftRunner:
         install(self.draft, "draft")
 
     def start(self, state: DecodeState, region: int) -> None:
-        """Prefill the prompts; `region`: the most slots one step's catch-up or tree layers occupy."""
+        """Allocate the cache and queue the prompts' prefill; `region`: the most tree slots one step's layers
+        occupy. The prefill runs at the first `catch_up`: a call whose steps never draft never runs the draft."""
         B = state.batch_size
         self.cache = TreeCache.for_model(self.draft, B, state.capacity + region)
-        prefill(self.draft, self.cache, state.input_ids[:, :-1], state.start, backend=self.backend)
-        device = state.root.device
-        self._pending = TreeBatch(state.root[:, None], torch.full((B, 1), -1, dtype=torch.int64, device=device),
-                                  torch.ones(B, dtype=torch.int64, device=device), max_depth=0)
-        self._pending_host = [1] * B
+        self._prompt = (state.input_ids[:, :-1], state.start)
+        self._pending = np.zeros((B, max(16, region)), dtype=np.int64)
+        self._pending[:, 0] = state.input_ids[:, -1].cpu().numpy()  # host copy, once per call: the roots
+        self.backlog = np.ones(B, dtype=np.int64)
 
     def commit(self, acc: Acceptance) -> None:
-        """Next step's catch-up chain: the accepted tokens and the bonus (the new root)."""
+        """Append the accepted tokens and the bonus (the new root) to each row's backlog; drop the tree."""
         self.cache.rollback()
-        self._pending = TreeBatch.chain(acc.tokens.clamp(min=0), acc.num_accepted + 1)  # metadata without pointer jumping
-        self._pending_host = acc.host_num_accepted + 1
+        n = acc.host_num_accepted + 1  # [B] tokens each row committed
+        need = int((self.backlog + n).max())
+        if need > self._pending.shape[1]:
+            self._pending = np.pad(self._pending, ((0, 0), (0, max(need, 2 * self._pending.shape[1]))))
+        cols = np.arange(acc.host_tokens.shape[1])[None, :]
+        rows, js = np.nonzero(cols < n[:, None])
+        self._pending[rows, self.backlog[rows] + js] = acc.host_tokens[rows, js]
+        self.backlog = self.backlog + n
 
     def catch_up(self) -> Tensor:
-        """Forward and commit the pending chain; returns the draft's logits at the root, [B, V]."""
-        chain, cache = self._pending, self.cache
-        logits = tree_forward(self.draft, cache, chain.tokens, chain.positions(cache.positions()),
-                              chain.ancestor_mask, backend=self.backend)
-        cache.commit_prefix(chain.num_nodes, self._pending_host)
+        """Forward and commit every row's backlog (one chain forward, ragged rows padded); returns the
+        draft's logits at the root, [B, V]. The backlog is then empty."""
+        cache, m = self.cache, self.backlog
+        if self._prompt is not None:
+            prefill(self.draft, cache, *self._prompt, backend=self.backend)
+            self._prompt = None
+        width = int(m.max())
+        device = cache.device
+        count = torch.from_numpy(m).to(device)
+        chain = TreeBatch.chain(torch.from_numpy(self._pending[:, :width]).to(device), count)
+        same = bool((m == width).all())  # every row's root is the last column: only its logits are needed
+        logits = tree_forward(self.draft, cache, chain.tokens, chain.positions(cache.positions()), chain.ancestor_mask,
+                              backend=self.backend, logits_to_keep=1 if same else 0)
+        cache.commit_prefix(count, m)
         self._root_pos = cache.positions() - 1  # the catch-up committed the root
-        return logits.gather(1, (chain.num_nodes - 1)[:, None, None].expand(-1, 1, logits.shape[-1]))[:, 0]
+        self.backlog = np.zeros_like(m)
+        if same:
+            return logits[:, -1]
+        return logits.gather(1, (count - 1)[:, None, None].expand(-1, 1, logits.shape[-1]))[:, 0]
 
     def begin_tree(self, width: int, layers: int) -> None:
-        """Prepare `layers` frontier forwards of `width` nodes each; layer d's nodes sit at slots
-        [(d-1) width, d width) of the tree region. The root is already in the committed prefix."""
+        """Prepare up to `layers` frontier forwards of at most `width` nodes each. The tree region's slots
+        are numbered in forwarding order: a layer's nodes follow the previous layer's."""
         B = self.cache.batch_size
-        self._width, self._slots = width, width * layers
+        self._slots, self._used = width * layers, 0
         self._region = torch.zeros(B, self._slots, self._slots, dtype=torch.bool, device=self.cache.device)
         self._layer = 0
 
     def forward_layer(self, tokens: Tensor, parent_slot: Tensor | None) -> Tensor:
         """Forward one frontier layer; returns its logits [B, F, V].
 
-        tokens:      [B, F] int64, the frontier nodes (F = width; inactive slots may hold any token id).
+        tokens:      [B, F] int64, the frontier nodes (F <= the tree's width; inactive slots may hold any
+                     token id). They take tree-region slots [used, used + F), used = the nodes forwarded
+                     before them in this tree.
         parent_slot: [B, F] int64, tree-region slot of each node's parent (a node of the previous layer),
                      or None for the first layer (children of the root).
         """
         B, F = tokens.shape
-        region, slots, d = self._region, self._slots, self._layer + 1
-        s0 = (d - 1) * F
+        region, slots, d, s0 = self._region, self._slots, self._layer + 1, self._used
+        if s0 + F > slots:
+            raise ValueError(f"tokens: {F} more nodes overflow the {slots} tree slots begin_tree reserved")
         if parent_slot is None:
             bits = torch.zeros(B, F, slots, dtype=torch.bool, device=tokens.device)
         else:
@@ -118,7 +151,7 @@ class DraftRunner:
         rows = torch.arange(F, device=tokens.device)
         bits[:, rows, s0 + rows] = True
         region[:, s0:s0 + F] = bits
-        self._layer = d
+        self._layer, self._used = d, s0 + F
         return tree_forward(self.draft, self.cache, tokens, (self._root_pos + d)[:, None].expand(B, F),
                             pack_bits(bits[:, :, : s0 + F]), backend=self.backend)
 

@@ -5,6 +5,11 @@ row's context (prompt and output so far) wins; the `max_matches` most recent occ
 `num_pred` tokens that followed them, and the continuations are merged into a trie. Runs on the host
 with numpy, vectorised over rows, on the committed tokens the state already holds there (no device
 sync), like the n-gram proposers of serving engines.
+
+With `cost_model` the step planner (`specdec.planner`) prices the steps: a lookup step only when one pays
+(else a plain step, no lookup), and each row's trie cut by SMART's marginal rule (`planner.plan_trie`):
+a node's probability is its share of the matches, calibrated per depth by the measured acceptance, its
+cost the verification it adds, the lookup priced as the draft's cost.
 """
 
 from __future__ import annotations
@@ -13,31 +18,89 @@ import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
+from transformers import PreTrainedModel
+
+from ..cost import CostModel, check_compatible
+from ..planner import PlanStats, StepPlanner, StepRecord, TreeFacts, plan_trie
+from ..profiling import Profile
 from ..state import DecodeState
 from ..tree import TreeBatch
-from .base import Supplier
-from .trie import prefix_trie
+from ..verify import Acceptance
+from .base import Supplier, root_only
+from .trie import Trie, prefix_trie
 
 __all__ = ["PromptLookupSupplier"]
 
 
 class PromptLookupSupplier(Supplier):
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_pred: int = 10, max_matches: int = 4):
+    """Prompt lookup (module docstring). cost_model: a `CostModel` or `Profile` of the target to plan the
+    steps and size the tries by (None: every match, every step); alpha, benefit: SMART's rule's."""
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_pred: int = 10, max_matches: int = 4, *,
+                 cost_model: CostModel | Profile | None = None, alpha: float = 0.8, benefit: str = "paper"):
         for name, value in (("max_ngram", max_ngram), ("min_ngram", min_ngram), ("num_pred", num_pred),
                             ("max_matches", max_matches)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
         if min_ngram > max_ngram:
             raise ValueError(f"min_ngram: {min_ngram} exceeds max_ngram {max_ngram}")
+        if cost_model is not None and not isinstance(cost_model, (CostModel, Profile)):
+            raise ValueError(f"cost_model: expected a CostModel, a Profile or None, got {type(cost_model).__name__}")
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
+            raise ValueError(f"alpha: expected a number > 0, got {alpha!r}")
+        if benefit not in ("paper", "expected"):
+            raise ValueError(f"benefit: {benefit!r} is not one of ('paper', 'expected')")
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.num_pred, self.max_matches = num_pred, max_matches
+        self.cost_source, self.alpha, self.benefit = cost_model, float(alpha), benefit
+        self.planner = None if cost_model is None else StepPlanner(num_pred, choices=(0, num_pred), host=True)
+        self._costs: dict[int, CostModel] = {}
+        self._facts: TreeFacts | None = None
+        self._trie: Trie | None = None
+
+    def attach(self, target: PreTrainedModel) -> None:
+        if self.cost_source is not None:
+            check_compatible(self.cost_source, target)
 
     def max_tree_size(self) -> int:
         return 1 + self.num_pred * self.max_matches
 
+    def start(self, state: DecodeState) -> None:
+        if self.planner is not None:
+            B = state.batch_size
+            if B not in self._costs:
+                source = self.cost_source
+                self._costs[B] = CostModel.fit(source, B) if isinstance(source, Profile) else source
+            self.planner.start(self._costs[B])
+
+    def record_step(self, step: StepRecord) -> None:
+        if self.planner is not None:
+            self.planner.record(step, self._facts)
+
+    def commit(self, acc: Acceptance) -> None:
+        trie, self._trie = self._trie, None
+        if trie is not None:  # the target's verdict on the trie calibrates the match shares
+            parent_counts = np.take_along_axis(trie.counts, np.maximum(trie.parents, 0), 1)
+            self.planner.observe_tree(trie.tokens, trie.parents, trie.num_nodes,
+                                      trie.counts / np.maximum(parent_counts, 1), acc.host_tokens, acc.host_num_accepted)
+
+    def report(self) -> PlanStats | None:
+        return None if self.planner is None else self.planner.report()
+
     def propose(self, state: DecodeState) -> TreeBatch:
+        self._facts, self._trie = None, None
+        if self.planner is not None:
+            plan = self.planner.plan(context=float((state.history_len - state.host_start).max()))
+            if plan.depth == 0:  # a lookup does not pay now: a plain step
+                return root_only(state.root)
         cont = self._continuations(state.history, state.host_start, state.history_len)  # [B, M, K]
         trie = prefix_trie(cont)
+        if self.planner is not None:
+            keep, _, depth = plan_trie(trie.parents, trie.counts, trie.num_nodes, self.planner, self.alpha,
+                                       self.benefit)
+            trie = trie.select(keep)
+            self._facts = TreeFacts(self.num_pred, 0, (), (trie.tokens.shape[1],) * depth)
+            self._trie = trie
         tok = torch.from_numpy(trie.tokens).to(state.root.device)
         tok[:, 0] = state.root
         return TreeBatch(tok, torch.from_numpy(trie.parents).to(tok.device),

@@ -9,16 +9,13 @@ relative frequency of its prefix, i.e. the path probability of the empirical con
 the quantity a draft model's path log-prob estimates (SMART's rule and ValuSpec read it). No match: the
 root alone, an autoregressive step.
 
-With `cost_model` (SMART's rule on retrieval trees, beyond both papers): the prefixes join in order of
-frequency while each passes SMART's marginal test, frequency standing in for the draft probability,
-
-    alpha * dL(u_j) / dC(|T|_j) > L_j / C(|T|_j),   |T|_j = 1 + j,   L_j = 1 + sum_{i<j} P(u_i)
-
-with dL(u) = P(u) / (leaves of the tree before u joins) ("paper") or P(u) ("expected"), and C the
-verification part of the fitted cost (retrieval drafts nothing: lambda is dropped; profile the target
-alone so that c0 holds no draft intercept either). `budget` stays the cap. Frequency order is
-prefix-closed (a prefix is at least as frequent as its extensions and, at equal counts, shallower), so
-every prefix of it is a tree.
+With `cost_model` (SMART's rule and step planner on retrieval trees, beyond both papers): before the query,
+the step planner (`specdec.planner`) decides from measured costs and acceptance whether a retrieval step
+pays at all (else a plain step: no query, no tree); after it, the prefixes join in order of frequency
+while each passes SMART's marginal test (`planner.plan_trie`), frequency calibrated by the planner's
+measured acceptance per depth standing in for the draft probability, and priced by the same step cost
+(the query is the draft's cost). `budget` stays the cap. Frequency order is prefix-closed (a prefix is at
+least as frequent as its extensions and, at equal counts, shallower), so every prefix of it is a tree.
 
 Host-side numpy on the committed tokens `DecodeState` keeps on the host (no device sync), vectorised over
 rows, suffix lengths, matches and depths; the only loops are the binary search's ceil(log2 N) rounds.
@@ -26,19 +23,18 @@ rows, suffix lengths, matches and depths; the only loops are the binary search's
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import torch
 from transformers import PreTrainedModel
 
 from ..cost import CostModel, check_compatible
 from ..datastore import Datastore
+from ..planner import PlanStats, StepPlanner, StepRecord, TreeFacts, plan_trie
 from ..profiling import Profile
 from ..state import DecodeState
 from ..tree import TreeBatch
-from ..verify import vocab_size
-from .base import Supplier
+from ..verify import Acceptance, vocab_size
+from .base import Supplier, root_only
 from .trie import Trie, prefix_trie
 
 __all__ = ["RetrievalSupplier"]
@@ -50,7 +46,8 @@ class RetrievalSupplier(Supplier):
     budget: the largest tree per row, root included (REST's 64 "choices" exclude the root; here the
     budget counts what the target verifies, like `DraftSupplier(total_tokens=...)` and SMART's budget).
     cost_model: a `CostModel` (fitted at the running batch size) or a `Profile` (fitted per batch size on
-    first use): SMART's marginal rule sizes each row's tree, up to `budget`; alpha and benefit as SMART's.
+    first use): the step planner decides whether to retrieve and SMART's marginal rule sizes each row's
+    tree, up to `budget` (module docstring); alpha and benefit as SMART's.
     """
 
     def __init__(self, datastore: Datastore, *, max_suffix: int = 16, min_suffix: int = 2, max_matches: int = 5000,
@@ -74,7 +71,10 @@ class RetrievalSupplier(Supplier):
         self.max_suffix, self.min_suffix = max_suffix, min_suffix
         self.max_matches, self.continuation, self.budget = max_matches, continuation, budget
         self.cost_source, self.alpha, self.benefit = cost_model, float(alpha), benefit
-        self._costs: dict[int, CostModel] = {}  # batch size -> verification-only cost model
+        self.planner = None if cost_model is None else StepPlanner(continuation, choices=(0, continuation), host=True)
+        self._costs: dict[int, CostModel] = {}  # batch size -> cost model
+        self._facts: TreeFacts | None = None
+        self._trie: Trie | None = None
 
     def attach(self, target: PreTrainedModel) -> None:
         if self.datastore.vocab_size > vocab_size(target):
@@ -86,13 +86,40 @@ class RetrievalSupplier(Supplier):
     def max_tree_size(self) -> int:
         return min(self.budget, 1 + self.max_matches * self.continuation)
 
+    def start(self, state: DecodeState) -> None:
+        if self.planner is not None:
+            self.planner.start(self._cost(state.batch_size))
+
+    def record_step(self, step: StepRecord) -> None:
+        if self.planner is not None:
+            self.planner.record(step, self._facts)
+
+    def commit(self, acc: Acceptance) -> None:
+        trie, self._trie = self._trie, None
+        if trie is not None:  # the target's verdict on the trie calibrates the match shares
+            parent_counts = np.take_along_axis(trie.counts, np.maximum(trie.parents, 0), 1)
+            self.planner.observe_tree(trie.tokens, trie.parents, trie.num_nodes,
+                                      trie.counts / np.maximum(parent_counts, 1), acc.host_tokens, acc.host_num_accepted)
+
+    def report(self) -> PlanStats | None:
+        return None if self.planner is None else self.planner.report()
+
     def propose(self, state: DecodeState) -> TreeBatch:
+        self._facts, self._trie = None, None
+        if self.planner is not None:
+            plan = self.planner.plan(context=float((state.history_len - state.host_start).max()))
+            if plan.depth == 0:  # retrieving does not pay now: a plain step, no query
+                return root_only(state.root)
         context = self._context(state)  # [B, max_suffix]
         match = self.datastore.longest_match(context, max_suffix=self.max_suffix, min_suffix=self.min_suffix)
         cont = self.datastore.continuations(match, max_matches=self.max_matches, length=self.continuation)
         trie = prefix_trie(cont, budget=self.budget, presorted=True)  # suffix-array order is lexicographic
-        if self.cost_source is not None:
-            trie = trie.select(smart_keep(trie, self._cost(state.batch_size), self.alpha, self.benefit))
+        if self.planner is not None:
+            keep, _, depth = plan_trie(trie.parents, trie.counts, trie.num_nodes, self.planner, self.alpha,
+                                       self.benefit)
+            trie = trie.select(keep)
+            self._facts = TreeFacts(self.continuation, 0, (), (trie.tokens.shape[1],) * depth)
+            self._trie = trie
         device = state.root.device
         tokens = torch.from_numpy(trie.tokens).to(device)
         tokens[:, 0] = state.root
@@ -107,49 +134,8 @@ class RetrievalSupplier(Supplier):
         return np.where(keep, context, -1)
 
     def _cost(self, batch_size: int) -> CostModel:
-        """The verification-only cost model at this batch size (fitted once per size from a Profile)."""
+        """The cost model at this batch size (fitted once per size from a Profile)."""
         if batch_size not in self._costs:
             model = self.cost_source
-            if isinstance(model, Profile):
-                model = CostModel.fit(model, batch_size)
-            self._costs[batch_size] = replace(model, lam=0.0)  # retrieval runs no draft model
+            self._costs[batch_size] = CostModel.fit(model, batch_size) if isinstance(model, Profile) else model
         return self._costs[batch_size]
-
-
-def smart_keep(trie: Trie, cost: CostModel, alpha: float, benefit: str) -> np.ndarray:
-    """[B, T] bool: per row, the longest run of nodes in frequency order passing SMART's test (root kept).
-
-    Frequency order: count descending, then node index (the trie's breadth-first, first-seen order),
-    the order in which `prefix_trie` picks its budget, so parents always come before their children.
-    """
-    B, T = trie.tokens.shape
-    node = np.arange(T)[None, :]
-    real = (node >= 1) & (node < trie.num_nodes[:, None])
-    order = np.argsort(np.where(real, -trie.counts * T + node, np.iinfo(np.int64).max), axis=1, kind="stable")
-    order = order[:, : T - 1]  # [B, J]: candidate j is node order[b, j]
-    valid = np.take_along_axis(real, order, axis=1)
-    prob = np.where(valid, np.take_along_axis(trie.counts, order, axis=1) / np.maximum(trie.counts[:, :1], 1), 0.0)
-    size = 1.0 + np.arange(T - 1)[None, :]  # |T|_j: the tree before candidate j joins
-    length = 1.0 + np.cumsum(prob, axis=1) - prob  # L_j
-    gain = prob / _leaves_before(trie, order, valid) if benefit == "paper" else prob
-    ok = valid & (alpha * gain / cost.derivative(size) > length / cost.predict(size))
-    keep = np.zeros((B, T), dtype=bool)
-    np.put_along_axis(keep, order, np.cumprod(ok, axis=1).astype(bool), axis=1)
-    keep[:, 0] = True
-    return keep
-
-
-def _leaves_before(trie: Trie, order: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """[B, J] float: leaves (root-to-leaf paths) of the tree just before candidate j joins, in `order`.
-
-    A node adds a leaf unless it is the first of its parent's children to join (then the parent stops
-    being one); the root alone is one path.
-    """
-    B, J = order.shape
-    rows = np.arange(B)[:, None]
-    parent = np.take_along_axis(trie.parents, order, axis=1)  # [B, J]
-    first = np.full(trie.tokens.shape, J, dtype=np.int64)  # first join position among each node's children
-    np.minimum.at(first, (np.broadcast_to(rows, (B, J))[valid], parent[valid]),
-                  np.broadcast_to(np.arange(J), (B, J))[valid])
-    adds = valid & (first[rows, np.maximum(parent, 0)] != np.arange(J)[None, :])
-    return 1.0 + np.cumsum(adds, axis=1) - adds

@@ -1,30 +1,37 @@
-"""SMART: hardware-aware draft trees, grown layer by layer while the next node raises the predicted speedup.
+"""SMART: hardware-aware draft trees, priced by what a whole step costs, that never plan a losing step.
 
-Each step the draft catches up (as for `DraftSupplier`), then for depth d = 1, 2, ... `max_depth`:
-`ops.smart_expand` takes the top-`topk` children of every frontier node, sorts them by path probability
-and keeps, per row, the longest prefix passing SMART's test (DESIGN 4 K2)::
+Each step, before the draft runs, the step planner (`specdec.planner`) picks a depth cap D* from 0 to
+`max_depth` that maximises the predicted speedup ``L(D) c_T / C_step(D)`` (the step cost model:
+`specdec.cost`); D* = 0 is a plain AR step in which the draft does not run at all (its backlog grows and the
+next drafting step catches up in one forward). When it drafts, the draft catches up, then for depth
+d = 1, 2, ... D*: `ops.smart_expand` takes the top-`topk` children of every frontier node, sorts them by
+path probability and keeps, per row, the longest prefix passing the marginal test::
 
-    alpha * dL(u) / dC(|T|) > L(T) / C(|T|)        dL(u) = P(u) / |paths| ("paper") or P(u) ("expected")
+    alpha * alpha_hat(d) * dL(u) / dC(|T|) > L(T) / C(|T|)       dL(u) = P(u) / |paths| ("paper") or P(u)
 
-with C the fitted `CostModel`. The kept candidates join the tree; the best `frontier` of them (by path
-probability) are forwarded through the draft in one tree-attention call, giving the next layer's logits.
-Rows grow independently. When nothing passes at depth 1 the tree is the root alone: an AR step.
+with C the step's cost so far (loop, catch-up, the layers forwarded) plus verification at |T| nodes,
+alpha_hat(d) the planner's calibration of the draft's probabilities at depth d, and |paths| the tree's
+current leaves, updated candidate by candidate. With ``padding_aware`` (batches) a node that widens the
+batch's padded width W pays a new column for the whole batch and is weighed against the batch's summed
+L; one under W pays only its share of its column. Then the next layer's forward runs only if the best its
+children could add (their summed path probability is at most their parents': the frontier's mass)
+pays for the forward and one more verified column; its width is the widest row's kept candidates, at
+most `frontier`.
 
-Worked example (one row, topk 2, frontier 2): the root's children a (P .6) and b (P .3) pass, the tree
-is {root, a, b}; a and b are forwarded; their children aa (.36), ab (.18), ba (.15), bb (.09) are sorted
-and the test keeps aa only; aa is forwarded alone (slot 2 inactive); at depth 3 nothing passes; the tree
-is root -> {a -> aa, b}, 4 nodes, L = 1 + .6 + .3 + .36.
+Worked example (one row, topk 2, frontier 2, a cap of 3): the root's children a (P .6) and b (P .3)
+pass, the tree is {root, a, b}; the frontier {a, b} has mass .9, which pays for a layer; a and b are
+forwarded; their children aa (.36), ab (.18), ba (.15), bb (.09) are sorted and the test keeps aa only;
+the frontier {aa} (mass .36) no longer pays for a forward: the tree is root -> {a -> aa, b}, 4 nodes.
 
-Host syncs: by default one per layer, deliberate: "does any row still grow?" (and the widest row, which
-sizes the final tree). Without it every step would run `max_depth` draft forwards even when the tree
-stopped at depth 1, which is what SMART does at large batch sizes. `early_stop=False` removes the
-per-layer syncs (max_depth layers always, one sync at the end for the tree width).
+Host syncs: one per layer, deliberate, reading the numbers the planner decides on (does any row grow, the
+tree's width, the kept and frontier probability mass, the rows' L); they cost microseconds on a CPU and
+save every forward that would not pay. `early_stop=False` removes them: D* layers at the full frontier,
+one sync at the end.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections import deque
 from dataclasses import replace
 
 import numpy as np
@@ -33,71 +40,79 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from ..cost import CostModel, check_compatible
-from ..ops import Expansion, smart_cost, smart_expand
+from ..ops import Expansion, smart_expand
+from ..planner import MARGIN, PlanStats, StepPlanner, StepRecord, TreeFacts
 from ..profiling import Profile, profile
 from ..state import DecodeState
 from ..tree import TreeBatch
 from ..verify import Acceptance, vocab_size
-from .base import Supplier
+from .base import Supplier, root_only
 from .draft import DraftRunner
+from .smart_host import HostTree, Rule, candidates
 
 __all__ = ["SmartSupplier"]
 
 BENEFITS = ("paper", "expected")
-TRACE_STEPS = 1 << 16
 
 
 class SmartSupplier(Supplier):
-    """SMART trees from a draft model and a fitted cost model.
+    """SMART trees from a draft model, planned step by step from a step cost model.
 
     cost_model:    a `CostModel` (used as is) or a `Profile` (the model for each batch size is fitted from
                    it when a batch starts, by `CostModel.fit`'s batch-size rule).
-    alpha:         > 0, aggressiveness; larger grows bigger trees (paper: 0.8).
-    topk:          children considered per frontier node; frontier: nodes forwarded per layer and row.
+    alpha:         > 0, aggressiveness on top of the learned calibration alpha_hat (paper: 0.8).
+    topk:          children considered per frontier node; frontier: most nodes forwarded per layer and row.
     budget:        most nodes per tree, root included; None: the marginal rule alone decides, capped by
                    the most a tree can hold (1 + topk + (max_depth - 1) * frontier * topk).
-    benefit:       "paper" (P(u) / |paths|) or "expected" (P(u)).
-    padding_aware: a batch verifies every row padded to the widest row, so a node that keeps its row
-                   within that width adds no verification column: it costs only drafting (lambda). The
-                   test then uses C(max(|T|, W)) and, below W, dC = lambda (W: widest row at the layer's start).
-    early_stop:    one host sync per layer to stop once no row grows (see the module docstring).
-    refit_every:   None, or N: every N steps rescale the verification cost by the median ratio of measured
-                   to predicted verification times of the last N steps (online refit).
-    reprofile:     with a Profile, a batch size outside its profiled range is profiled on the target when
-                   the batch starts (once per batch size, inside that `generate` call) instead of using the
+    benefit:       "paper" (P(u) / |paths|, the current leaves) or "expected" (P(u)).
+    padding_aware: price nodes against the batch's padded width (module docstring); batches only.
+    early_stop:    one host sync per layer: stop growing when no row grows or the next layer cannot pay.
+    planner:       False: draft every step with the deepest cap (no plain steps, no probes).
+    online:        refresh the costs from the loop's timers (False: the profile's costs throughout).
+    margin, probe_every: the planner's (`specdec.planner`).
+    reprofile:     with a Profile, a batch size outside its profiled range is profiled on the pair when the
+                   batch starts (once per batch size, inside that `generate` call) instead of using the
                    nearest profiled batch size.
     """
 
     def __init__(self, draft: PreTrainedModel, cost_model: CostModel | Profile, *, alpha: float = 0.8,
                  topk: int = 8, frontier: int = 8, budget: int | None = None, max_depth: int = 12,
-                 benefit: str = "paper", padding_aware: bool = False, early_stop: bool = True,
-                 refit_every: int | None = None, reprofile: bool = False, backend: str = "auto"):
+                 benefit: str = "expected", padding_aware: bool = True, early_stop: bool = True, planner: bool = True,
+                 online: bool = True, margin: float = MARGIN, probe_every: int = 32, reprofile: bool = False,
+                 backend: str = "auto"):
         if not isinstance(cost_model, (CostModel, Profile)):
             raise TypeError(f"cost_model: expected a CostModel or a Profile, got {type(cost_model).__name__}")
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
-            raise ValueError(f"alpha: expected a number > 0, got {alpha!r}")
-        for name, value in (("topk", topk), ("frontier", frontier), ("max_depth", max_depth)):
+        if isinstance(cost_model, CostModel) and cost_model.draft_layer is None or \
+                isinstance(cost_model, Profile) and cost_model.draft_seconds is None:
+            raise ValueError("cost_model: profiled without a draft; SMART needs the draft's costs (profile the pair)")
+        for name, value in (("alpha", alpha), ("margin", margin)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name}: expected a number > 0, got {value!r}")
+        for name, value in (("topk", topk), ("frontier", frontier), ("max_depth", max_depth),
+                            ("probe_every", probe_every)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
         if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
             raise ValueError(f"budget: expected None or an int >= 1, got {budget!r}")
         if benefit not in BENEFITS:
             raise ValueError(f"benefit: {benefit!r} is not one of {BENEFITS}")
-        if refit_every is not None and (not isinstance(refit_every, int) or refit_every < 1):
-            raise ValueError(f"refit_every: expected None or an int >= 1, got {refit_every!r}")
         if topk > vocab_size(draft):
             raise ValueError(f"topk: {topk} exceeds the draft's vocabulary of {vocab_size(draft)}")
         self.runner = DraftRunner(draft, backend)
         self.source = cost_model
-        self.cost_model = cost_model if isinstance(cost_model, CostModel) else None
         self.alpha, self.topk, self.frontier, self.max_depth = float(alpha), topk, frontier, max_depth
         self.benefit, self.padding_aware, self.early_stop = benefit, padding_aware, early_stop
-        self.refit_every, self.reprofile, self.backend = refit_every, reprofile, backend
+        self.reprofile, self.backend = reprofile, backend
+        # budget None: what the layers can hold, within the widest tree the cost model measured (beyond it
+        # the verify curve is extrapolated, and the caches are sized for the budget: on the demo pair at
+        # batch 16 a cache sized for 713 nodes made plain steps 11% slower than one sized for 1).
         most = 1 + topk + (max_depth - 1) * frontier * topk
-        self.budget = most if budget is None else min(budget, most)
+        measured = cost_model.sizes[-1] if isinstance(cost_model, Profile) else int(cost_model.verify_points.x[-1])
+        self.budget = min(most, measured) if budget is None else min(budget, most)
+        self.planner = StepPlanner(max_depth, choices=None if planner else (max_depth,), margin=margin,
+                                   probe_every=probe_every, online=online)
         self._models: dict[int, CostModel] = {}
-        # Per step: mean predicted L over rows (a device scalar) and the tree width; bounded, for long runs.
-        self.trace: deque[tuple[Tensor, int]] = deque(maxlen=TRACE_STEPS)
+        self._facts: TreeFacts | None = None
 
     def attach(self, target: PreTrainedModel) -> None:
         self.runner.attach(target)
@@ -108,141 +123,167 @@ class SmartSupplier(Supplier):
         return self.budget
 
     def start(self, state: DecodeState) -> None:
-        B = state.batch_size
-        if isinstance(self.source, Profile):
-            if B not in self._models:
-                if self.reprofile and not self.source.batch_sizes[0] <= B <= self.source.batch_sizes[-1]:
-                    self.source = self._profile_batch(B)
-                self._models[B] = CostModel.fit(self.source, B)
-            self.cost_model = self._models[B]
-        elif self.cost_model.batch_size != B and self.refit_every is None:
-            warnings.warn(f"cost_model: fitted at batch size {self.cost_model.batch_size}, running at {B}; pass a "
-                          "Profile (or refit_every) so the cost follows the batch size", stacklevel=2)
-        self._base = self.cost_model
-        self._cost = self.cost_model.as_tensor(state.root.device)
-        self._observed: list[tuple[int, float]] = []
-        self.runner.start(state, region=max(self.max_depth + 1, self.frontier * (self.max_depth - 1)))
+        self.planner.start(self._cost_model(state.batch_size))
+        self._tree = None
+        self.runner.start(state, region=self.frontier * max(self.max_depth - 1, 1))
 
     def commit(self, acc: Acceptance) -> None:
         self.runner.commit(acc)
+        tree, self._tree = self._tree, None
+        if tree is not None:  # the target's verdict on the host-built tree calibrates the draft
+            self.planner.observe_tree(tree.tokens, tree.parents, tree.size, tree.edge, acc.host_tokens,
+                                      acc.host_num_accepted)
+
+    def record_step(self, step: StepRecord) -> None:
+        self.planner.record(step, self._facts)
+
+    def report(self) -> PlanStats:
+        return self.planner.report()
+
+    def _cost_model(self, batch_size: int) -> CostModel:
+        if isinstance(self.source, CostModel):
+            if self.source.batch_size != batch_size:
+                warnings.warn(f"cost_model: fitted at batch size {self.source.batch_size}, running at {batch_size}; "
+                              "pass a Profile so the cost follows the batch size", stacklevel=3)
+            return self.source
+        if batch_size not in self._models:
+            if self.reprofile and not self.source.batch_sizes[0] <= batch_size <= self.source.batch_sizes[-1]:
+                self.source = self._profile_batch(batch_size)
+            self._models[batch_size] = CostModel.fit(self.source, batch_size)
+        return self._models[batch_size]
 
     def _profile_batch(self, batch_size: int) -> Profile:
         """The profile with `batch_size` measured here and added (same context length, sizes, repeats)."""
         src = self.source
-        new = profile(self._target, self.runner.draft if src.draft_seconds is not None else None,
-                      batch_sizes=(batch_size,), context_len=src.context_len, sizes=src.sizes, repeats=src.repeats,
-                      backend=self.backend, progress=False)
+        new = profile(self._target, self.runner.draft, batch_sizes=(batch_size,), context_len=src.context_len,
+                      sizes=src.sizes, repeats=src.repeats, backend=self.backend, progress=False)
         order = sorted(range(len(src.batch_sizes) + 1), key=lambda i: (list(src.batch_sizes) + [batch_size])[i])
         pick = lambda rows, more: tuple((list(rows) + list(more))[i] for i in order)  # noqa: E731
         return replace(src, batch_sizes=pick(src.batch_sizes, [batch_size]),
                        verify_seconds=pick(src.verify_seconds, new.verify_seconds),
-                       draft_seconds=None if src.draft_seconds is None else pick(src.draft_seconds, new.draft_seconds))
-
-    def record_verify(self, width: int, seconds: float) -> None:
-        """Online refit: keep the step's verification time; every `refit_every` steps rescale the model."""
-        if self.refit_every is None:
-            return
-        self._observed.append((width, seconds))
-        if len(self._observed) < self.refit_every:
-            return
-        widths = np.array([w for w, _ in self._observed], dtype=np.float64)
-        measured = np.array([s for _, s in self._observed])
-        base = self._base
-        predicted = base.predict(widths) - base.lam * widths  # the verification part of C
-        self.cost_model = base.scaled_verify(float(np.median(measured / predicted)))
-        self._cost = self.cost_model.as_tensor(self._cost.device)
-        self._observed = []
+                       context_seconds=pick(src.context_seconds, new.context_seconds),
+                       ar_step_seconds=pick(src.ar_step_seconds, new.ar_step_seconds),
+                       draft_seconds=pick(src.draft_seconds, new.draft_seconds),
+                       catch_up_seconds=pick(src.catch_up_seconds, new.catch_up_seconds))
 
     def propose(self, state: DecodeState) -> TreeBatch:
+        backlog = int(self.runner.backlog.max())
+        context = float((state.history_len - state.host_start).max())
+        plan = self.planner.plan(backlog, context)
+        self._facts, self._tree = None, None
+        if plan.depth == 0:  # plain decoding: the draft does not run, its backlog grows
+            return root_only(state.root)
+        build = self._draft if self.early_stop else self._draft_device
+        return build(state, plan.depth, backlog)
+
+    def _draft(self, state: DecodeState, cap: int, backlog: int) -> TreeBatch:
+        """Grow each row's tree up to depth `cap`, the rule on the host, one sync per layer (module docstring)."""
         B, F, k, device = state.batch_size, self.frontier, self.topk, state.root.device
-        M = self.budget
-        # Node buffers with one scratch column (index M) where candidates that are not kept land.
-        tokens = torch.zeros(B, M + 1, dtype=torch.int64, device=device)
+        plan = self.planner
+        tree = HostTree(state.history[np.arange(B), state.history_len - 1], self.budget)  # the roots, host-side
+        verify = plan.costs.verify_array(plan.context)
+        verify[1] = max(2 * verify[2] - verify[3], 0.0)  # the tree curve continued (see Rule)
+        tokens, logp = candidates(self.runner.catch_up()[:, None], k)  # [B, 1, k]: the root's children
+        self.runner.begin_tree(F, max(cap - 1, 1))
+        widths, after = [], []  # per forward: its width; per depth: the tree's padded width
+        depth, used, last_start = 0, 0, 0
+        while True:
+            spent = plan.spent(backlog, widths)
+            kept = tree.grow(tokens, logp, Rule(self.alpha, plan.calibration, verify, spent, self.budget,
+                                                self.benefit == "paper", self._batch_rule(B)))
+            if not kept.any():
+                break
+            depth += 1
+            width = int(tree.size.max())
+            after.append(width)
+            if depth == cap:
+                break
+            # Forward each row's w best kept nodes (column i: every row's i-th best, calibrated). The layer's
+            # worth is an expectation (alpha, the knob of the node rule, does not discount it).
+            bounds = kept[:, :min(F, int((kept > 0).sum(1).max()))].sum(0)
+            w = plan.frontier_width(bounds.tolist(), plan.depths.onward(depth + 1), float(tree.length.sum()),
+                                    spent, width)
+            if w == 0:
+                break
+            front, parent = tree.frontier(w, last_start)
+            last_start = used
+            logits = self.runner.forward_layer(torch.from_numpy(front).to(device),
+                                               None if depth == 1 else torch.from_numpy(parent).to(device))
+            used += w
+            widths.append(w)
+            tokens, logp = candidates(logits, k)
+        self._facts = TreeFacts(cap, len(widths), tuple(widths), tuple(after), backlog, tree.depth)
+        self._tree = tree
+        n = int(tree.size.max())
+        to = lambda a: torch.from_numpy(np.ascontiguousarray(a[:, :n])).to(device)  # noqa: E731
+        return TreeBatch(to(tree.tokens), to(tree.parents), torch.from_numpy(tree.size).to(device), to(tree.logp),
+                         max_depth=depth)
+
+    def _draft_device(self, state: DecodeState, cap: int, backlog: int) -> TreeBatch:
+        """`early_stop=False`: `cap` layers at the full frontier, K2's per-row rule on the device (the
+        paper's benefit with |paths| held per layer, or the expected one), one sync at the end."""
+        B, F, k, device = state.batch_size, self.frontier, self.topk, state.root.device
+        M, plan = self.budget, self.planner
+        tokens = torch.zeros(B, M + 1, dtype=torch.int64, device=device)  # column M: scratch for dropped nodes
         parents = torch.full((B, M + 1), -1, dtype=torch.int64, device=device)
         logp = torch.zeros(B, M + 1, dtype=torch.float32, device=device)
         tokens[:, 0] = state.root
-        size = torch.ones(B, dtype=torch.int64, device=device)  # |T|
-        length = torch.ones(B, dtype=torch.float32, device=device)  # L(T): the bonus token + sum of P
-        paths = torch.ones(B, dtype=torch.int64, device=device)  # leaves of the tree
-        logits = self.runner.catch_up()[:, None]  # [B, 1, V]: the root is the first frontier
-        front_logp = torch.zeros(B, 1, dtype=torch.float32, device=device)  # [B, F]
-        front_node = torch.zeros(B, 1, dtype=torch.int64, device=device)  # [B, F]: tree node of each slot
-        self.runner.begin_tree(F, self.max_depth - 1)
-        width, depth = 1, 0
-        for d in range(1, self.max_depth + 1):
-            exp = smart_expand(logits, front_logp, size, length, paths, self._cost, k=k, alpha=self.alpha,
-                               budget=self.budget, benefit=self.benefit, backend=self.backend)
-            keep = self._padding_keep(exp, size, length, paths) if self.padding_aware and B > 1 else exp.keep
-            count = keep.sum(-1)  # [B]
-            FK = keep.shape[1]
-            dst = torch.where(keep, size[:, None] + torch.arange(FK, device=device), M)  # [B, F*k]
+        size = torch.ones(B, dtype=torch.int64, device=device)
+        length = torch.ones(B, dtype=torch.float32, device=device)
+        paths = torch.ones(B, dtype=torch.int64, device=device)
+        logits = self.runner.catch_up()[:, None]
+        front_logp = torch.zeros(B, 1, dtype=torch.float32, device=device)
+        front_node = torch.zeros(B, 1, dtype=torch.int64, device=device)
+        self.runner.begin_tree(F, max(cap - 1, 1))
+        pending, widths, last_start = [], [], 0
+        for d in range(1, cap + 1):
+            spent = plan.spent(backlog, widths)
+            cost = torch.tensor(plan.cost_vector(spent, 1), dtype=torch.float32, device=device)
+            exp = smart_expand(logits, front_logp, size, length, paths, cost, k=k, alpha=self.alpha, budget=M,
+                               benefit=self.benefit, backend=self.backend)
+            keep, count = exp.keep, exp.keep.sum(-1)
+            dst = torch.where(keep, size[:, None] + torch.arange(keep.shape[1], device=device), M)
             tokens.scatter_(1, dst, exp.tokens)
             parents.scatter_(1, dst, front_node.gather(1, exp.parent_slot))
             logp.scatter_(1, dst, exp.logp)
             fed = torch.zeros(B, front_node.shape[1] + 1, dtype=torch.int64, device=device)
-            fed.scatter_(1, torch.where(keep, exp.parent_slot, front_node.shape[1]), 1)  # parents with a kept child
+            fed.scatter_(1, torch.where(keep, exp.parent_slot, front_node.shape[1]), 1)
             paths = paths + count - fed[:, :-1].sum(-1)
-            length = length + torch.where(keep, exp.logp.exp(), 0.0).sum(-1)
-            new_node = size[:, None] + torch.arange(F, device=device)  # [B, F]: the best F kept candidates
+            length = exp.expected_len
+            front_node = (size[:, None] + torch.arange(F, device=device))
             size = size + count
-            if self.early_stop:
-                grown, width = (int(x) for x in torch.stack([count.max(), size.max()]).tolist())  # deliberate sync
-                if grown == 0:
-                    break
-            depth = d
-            if d == self.max_depth:
+            pending.append(torch.stack([count.max(), size.max()]))
+            if d == cap:
                 break
             front_tok, front_logp, front_parent = self._next_frontier(exp, keep, F)
-            front_node = new_node
-            parent_slot = None if d == 1 else (d - 2) * F + front_parent
-            logits = self.runner.forward_layer(front_tok, parent_slot)
-        if not self.early_stop:
-            width = int(size.max())  # the step's one sync in this mode: the tree's width
-        self.trace.append((length.mean(), width))
+            logits = self.runner.forward_layer(front_tok, None if d == 1 else last_start + front_parent)
+            last_start = (d - 1) * F
+            widths.append(F)
+        table = torch.stack(pending).tolist()  # the step's one sync in this mode: widths and the planner's numbers
+        depth = next((i for i, r in enumerate(table) if r[0] == 0), len(table))
+        width = int(table[-1][1])
+        self._facts = TreeFacts(cap, len(widths), tuple(widths), tuple(int(r[1]) for r in table[:depth]), backlog)
+        self._tree = None
         return TreeBatch(tokens[:, :width], parents[:, :width], size, logp[:, :width], max_depth=depth)
 
-    def predicted(self) -> dict[str, float]:
-        """What the cost model predicted over the steps in `trace` (cleared by the caller between runs):
-        mean expected accepted length L and mean speedup c_T * L / C(width) per step. One host sync."""
-        if not self.trace:
-            return {"predicted_accepted_length": 0.0, "predicted_speedup": 0.0}
-        lengths = torch.stack([t for t, _ in self.trace]).double().cpu().numpy()
-        widths = np.array([w for _, w in self.trace], dtype=np.float64)
-        model = self.cost_model
-        return {"predicted_accepted_length": float(lengths.mean()),
-                "predicted_speedup": float(np.mean(model.speedup(lengths, widths)))}
+    def _batch_rule(self, batch_size: int) -> bool:
+        return self.padding_aware and batch_size > 1
 
     @staticmethod
-    def _next_frontier(exp: Expansion, keep: Tensor, F: int) -> tuple[Tensor, Tensor, Tensor]:
-        """The best F kept candidates (a prefix: candidates are sorted), padded to F inactive slots.
+    def _next_frontier(exp: Expansion, keep: Tensor, w: int) -> tuple[Tensor, Tensor, Tensor]:
+        """The best w kept candidates (a prefix: candidates are sorted), inactive where a row kept fewer.
 
-        Returns tokens [B, F] (inactive: 0), path log-probs [B, F] (inactive: -inf) and the frontier slot
-        of each one's parent in the layer just forwarded [B, F] (inactive: 0).
+        Returns tokens [B, w] (inactive: 0), path log-probs [B, w] (inactive: -inf) and the frontier slot
+        of each one's parent in the layer just forwarded [B, w] (inactive: 0).
         """
         B, FK = keep.shape
-        take = min(F, FK)
-        pad = F - take
+        take = min(w, FK)
         active = keep[:, :take]
         tok = torch.where(active, exp.tokens[:, :take], 0)
         lp = torch.where(active, exp.logp[:, :take], float("-inf"))
-        par = exp.parent_slot[:, :take]
-        if pad:
-            tok = torch.cat([tok, tok.new_zeros(B, pad)], 1)
-            lp = torch.cat([lp, lp.new_full((B, pad), float("-inf"))], 1)
-            par = torch.cat([par, par.new_zeros(B, pad)], 1)
+        par = torch.where(active, exp.parent_slot[:, :take], 0)
+        if take < w:
+            tok = torch.cat([tok, tok.new_zeros(B, w - take)], 1)
+            lp = torch.cat([lp, lp.new_full((B, w - take), float("-inf"))], 1)
+            par = torch.cat([par, par.new_zeros(B, w - take)], 1)
         return tok, lp, par
-
-    def _padding_keep(self, exp: Expansion, size: Tensor, length: Tensor, paths: Tensor) -> Tensor:
-        """The padding-aware test on K2's sorted candidates: below the widest row W a node costs lambda."""
-        FK = exp.logp.shape[1]
-        n = (size[:, None] + torch.arange(FK, device=size.device)).float()  # |T|_j
-        wide = size.max().float()
-        value, slope = smart_cost(self._cost, n)
-        under = n + 1.0 <= wide
-        value = torch.where(under, smart_cost(self._cost, wide[None])[0], value)
-        slope = torch.where(under, self._cost[1], slope)
-        prob = exp.logp.exp()
-        tree_len = length[:, None] + prob.cumsum(-1) - prob  # L_j
-        gain = prob / paths[:, None].float() if self.benefit == "paper" else prob
-        ok = (exp.logp != float("-inf")) & (self.alpha * gain / slope > tree_len / value) & (n + 1.0 <= self.budget)
-        return (~ok).cumsum(-1) == 0

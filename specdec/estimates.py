@@ -1,0 +1,332 @@
+"""What the step planner estimates from the loop's own numbers: acceptance, tree growth and costs.
+
+- `Calibration`: how often the target accepts a tree node whose parent it accepted, as a function of the
+  node's conditional probability under the drafter (its probability given its parent: the draft's
+  log-softmax value, or a retrieved prefix's share of its parent's matches). A reliability table over
+  probability bins, fitted non-decreasing (pool-adjacent-violators), learned from the nodes each
+  verification tested: the children of the accepted nodes, accepted or not. A node's calibrated path
+  probability is the product over its path; L(T) = 1 + their sum. (On the demo pair the draft is
+  underconfident: its top token, at p ~0.45, is the target's ~85% of the time; per-depth ratios of
+  accepted to predicted length compound that along paths, 1.8 at depth 1 and 4 at depth 2, and then
+  over-value a deep tree's tail: the table calibrates each edge instead.)
+- `DepthStats`: by depth d, S(d) = P(a row accepts >= d candidates) over the steps whose cap was >= d
+  (the tree a cap D builds is the cap-D' tree cut at depth D, so a row that accepted a of them accepts
+  min(a, D)): L(D) = 1 + sum_{d <= D} S(d); the same rate where depth-d nodes existed (what forwarding a
+  layer yields); how often the forward of depth d ran and the tree's padded width. A depth never drafted
+  starts from the one above (pseudo-counts).
+- `OnlineCosts`: a `CostModel` corrected by the loop's timers: c_T from plain steps in their steady
+  state, the verify stage per width (one multiplicative correction per power-of-two width bucket, shrunk
+  toward a common level: level and shape), the draft's part (one factor on catch-up + layer forwards: it
+  covers the expansions, the syncs and the draft's weights running cold after the target's), a host
+  supplier's query, and the rest of a drafting step (filter + commit).
+
+Every count decays, so the estimates follow drift.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .cost import CostModel
+
+if TYPE_CHECKING:
+    from .planner import StepRecord, TreeFacts
+
+__all__ = ["Calibration", "DepthStats", "Estimates", "OnlineCosts", "tested_nodes"]
+
+COST_WEIGHT = 0.15  # weight of one observation in the running cost estimates
+DECAY = 0.98  # per drafting step, for the acceptance and growth counts (about 50 steps of memory)
+PRIOR = 2.0  # pseudo-observations behind each prior
+CLIP = 3.0  # one step's timing moves an estimate by at most this factor (a stall is not a new cost)
+TABLE = 512  # widths and backlogs priced from precomputed tables (larger ones through the cost model)
+EDGES = np.array([0.0, 0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+
+
+class Calibration:
+    """P(the target accepts a node | it accepted the node's parent) by the node's conditional probability
+    p under the drafter (module docstring); prior: p itself, worth PRIOR nodes per bin."""
+
+    def __init__(self):
+        self.tested = np.zeros(len(EDGES) - 1)
+        self.accepted = np.zeros(len(EDGES) - 1)
+        self.centers = (EDGES[:-1] + EDGES[1:]) / 2
+        self.table = self.centers.copy()
+
+    def __call__(self, p: np.ndarray) -> np.ndarray:
+        """The calibrated acceptance of nodes with conditional probabilities p (any shape, in [0, 1])."""
+        return self.table[np.clip(np.searchsorted(EDGES, p, side="right") - 1, 0, len(self.table) - 1)]
+
+    def observe(self, p: np.ndarray, accepted: np.ndarray) -> None:
+        """Nodes the target tested: their conditional probabilities and whether it accepted them."""
+        if p.size == 0:
+            return
+        b = np.clip(np.searchsorted(EDGES, p, side="right") - 1, 0, len(self.table) - 1)
+        self.tested = DECAY * self.tested + np.bincount(b, minlength=len(self.table))
+        self.accepted = DECAY * self.accepted + np.bincount(b, weights=accepted.astype(np.float64),
+                                                            minlength=len(self.table))
+        rate = (self.accepted + PRIOR * self.centers) / (self.tested + PRIOR)
+        self.table = np.clip(_isotonic(rate, self.tested + PRIOR), 0.0, 1.0)
+
+
+def _isotonic(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The non-decreasing sequence closest to `values` in weighted least squares (pool adjacent violators;
+    a dozen bins, so a Python loop)."""
+    blocks: list[list[float]] = []  # [mean, weight, count]
+    for v, w in zip(values.tolist(), weights.tolist()):
+        blocks.append([v, w, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            v2, w2, n2 = blocks.pop()
+            v1, w1, n1 = blocks.pop()
+            blocks.append([(v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
+    return np.array([mean for mean, _, n in blocks for _ in range(n)])
+
+
+def tested_nodes(tokens: np.ndarray, parents: np.ndarray, num_nodes: np.ndarray, accepted: np.ndarray,
+                 num_accepted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which nodes of a host-side tree the target tested and which it accepted, from the tokens it accepted.
+
+    tokens, parents: [B, T] (node 0 the root); num_nodes: [B]; accepted: [B, A] the accepted tokens (then the
+    bonus); num_accepted: [B]. The accepted path is found by its tokens (a filter between supplier and
+    verifier may renumber nodes); tested nodes are the children of the accepted ones, root included.
+    Returns (tested, accepted) [B, T] bool.
+    """
+    B, T = tokens.shape
+    rows = np.arange(B)
+    real = np.arange(T)[None, :] < num_nodes[:, None]
+    on_path = np.zeros((B, T), dtype=bool)
+    on_path[:, 0] = True
+    node = np.zeros(B, dtype=np.int64)
+    for d in range(int(num_accepted.max(initial=0))):
+        going = d < num_accepted
+        match = real & (parents == node[:, None]) & (tokens == accepted[:, d:d + 1]) & going[:, None]
+        node = np.where(match.any(1), match.argmax(1), node)
+        on_path[rows[going], node[going]] = True
+    tested = real & on_path[rows[:, None], np.maximum(parents, 0)] & (parents >= 0)
+    return tested, on_path & tested
+
+@dataclass(frozen=True)
+class Estimates:
+    """`DepthStats`' estimates, indexed by depth D = 0 .. max_depth.
+
+    length: L(D), tokens per row with cap D, bonus included; rate[d]: P(a row accepts >= d | >= d - 1),
+    with a cap >= d (what the planner's L(D) is made of); onward[d]: the same where the tree had depth-d
+    nodes (what forwarding a layer of them yields); forwards: expected layer forwards with cap D; width: the padded tree width with cap D; layer_width: the
+    mean width of a layer forward.
+    """
+
+    length: np.ndarray
+    rate: list[float]
+    onward: list[float]
+    forwards: np.ndarray
+    width: np.ndarray
+    layer_width: float
+
+
+# Rows of DepthStats.table, each indexed by depth d = 1 .. max_depth (column 0 unused).
+AT_RISK, SURVIVED, CAPPED, RAN, WIDTH, BUILT_RISK, BUILT_SURVIVED = range(7)
+
+
+class DepthStats:
+    """Acceptance and tree growth by depth, from the steps that drafted (module docstring).
+
+    table[AT_RISK, d]: rows with a cap >= d that accepted >= d - 1 candidates; SURVIVED: of them, >= d;
+    CAPPED: steps with a cap >= d; RAN: of them, steps that ran depth d's layer forward; WIDTH: their summed tree widths
+    after depth d; BUILT_RISK, BUILT_SURVIVED: AT_RISK and SURVIVED counted only where the tree had depth-d
+    nodes. All decay by DECAY per drafting step.
+    """
+
+    def __init__(self, max_depth: int, prior_rate: float = 0.5):
+        self.max_depth, self.prior_rate = max_depth, prior_rate
+        self.table = np.zeros((7, max_depth + 1))
+        self.layer_sum, self.layers, self.steps = 0.0, 0.0, 0
+        self._cache: Estimates | None = None
+
+    def record(self, facts: TreeFacts, accepted: np.ndarray, row_depth: np.ndarray | None = None) -> None:
+        """One drafting step: its facts, each active row's accepted candidates (bonus excluded) and, when
+        the supplier knows them, those rows' own tree depths (else the batch's for every row)."""
+        t, cap, grown = self.table, min(facts.cap, self.max_depth), min(len(facts.width_after), self.max_depth)
+        t *= DECAY
+        self.layer_sum, self.layers, self.steps = self.layer_sum * DECAY, self.layers * DECAY, self.steps + 1
+        depth = np.arange(cap + 1)[None, :]
+        a = np.minimum(accepted, cap)[:, None]
+        ge = np.cumsum(np.bincount(a[:, 0], minlength=cap + 1)[::-1])[::-1]  # [d]: rows with a >= d
+        t[AT_RISK, 1:cap + 1] += ge[:cap]
+        t[SURVIVED, 1:cap + 1] += ge[1:cap + 1]
+        built = (np.full(len(accepted), grown) if row_depth is None else np.minimum(row_depth, cap))[:, None]
+        t[BUILT_RISK, 1:cap + 1] += ((a >= depth - 1) & (depth <= built))[:, 1:].sum(0)
+        t[BUILT_SURVIVED, 1:cap + 1] += ((a >= depth) & (depth <= built))[:, 1:].sum(0)
+        t[CAPPED, 1:cap + 1] += 1
+        t[RAN, 2:2 + facts.forwards] += 1
+        widths = facts.width_after or (1,)
+        t[WIDTH, 1:cap + 1] += [widths[min(d, len(widths)) - 1] for d in range(1, cap + 1)]
+        self.layer_sum += sum(facts.layer_widths)
+        self.layers += len(facts.layer_widths)
+        self._cache = None
+
+    def estimates(self) -> Estimates:
+        """The current estimates (cached until the next `record`: the planner asks several times a step)."""
+        if self._cache is None:
+            self._cache = self._estimate()
+        return self._cache
+
+    def _estimate(self) -> Estimates:
+        at_risk, survived, capped, ran, width_sum, built_risk, built_survived = (row.tolist() for row in self.table)
+        length, rates, onward, forwards, width = [1.0], [1.0], [1.0], [0.0, 0.0], [1.0]
+        s, rate, on, run, last = 1.0, self.prior_rate, self.prior_rate, 1.0, 1.0
+        for d in range(1, self.max_depth + 1):
+            rate = (survived[d] + PRIOR * rate) / (at_risk[d] + PRIOR)  # depths never drafted: the one above
+            rates.append(rate)
+            on = (built_survived[d] + PRIOR * on) / (built_risk[d] + PRIOR)
+            onward.append(on)
+            s *= rate
+            length.append(length[-1] + s)
+            if d >= 2:
+                run = (ran[d] + PRIOR * run) / (capped[d] + PRIOR)
+                forwards.append(forwards[-1] + run)
+            last = width_sum[d] / capped[d] if capped[d] > 1e-3 else last
+            width.append(last)
+        layer_width = self.layer_sum / self.layers if self.layers > 1e-3 else 1.0
+        return Estimates(np.array(length), rates, onward, np.array(forwards), np.array(width), layer_width)
+
+    def onward(self, depth: int) -> float:
+        """P(a row accepts >= depth candidates | it accepted depth - 1, and the tree had depth-`depth` nodes)."""
+        return self.estimates().onward[min(depth, self.max_depth)]
+
+
+def _bucket(width: float | np.ndarray) -> np.ndarray:
+    return np.minimum(np.floor(np.log2(np.maximum(width, 1.0))).astype(int), 9)
+
+
+
+
+class OnlineCosts:
+    """A `CostModel` corrected by the loop's timers (module docstring); `online=False` keeps the profile's.
+
+    Prices are asked several times per layer, so the corrected verify curve is tabulated per integer width
+    (refreshed after each observation, made non-decreasing from width 2 on: a wider tree never verifies
+    faster, whatever the buckets' corrections say) and the draft's parts likewise: a host float per
+    question, or one numpy call for a vector of widths.
+    """
+
+    def __init__(self, model: CostModel, online: bool = True):
+        self.model, self.online = model, online
+        self.ar_step = model.ar_step
+        self.verify_level, self.verify_ratio, self.verify_seen = 1.0, np.ones(10), np.zeros(10)
+        self.query, self.rest = 0.0, model.loop
+        # The draft's part of a step, propose ~ a * catch_up(m) + b * sum of layer(w): decayed normal equations
+        # of that least-squares fit, with PRIOR pseudo-steps at a = b = 1 (the profile as measured).
+        self._gram, self._moment = (PRIOR, 0.0, PRIOR), (PRIOR, PRIOR)  # (g00, g01, g11), (r0, r1)
+        self.catch_factor, self.layer_factor = 1.0, 1.0
+        self._n = np.arange(TABLE, dtype=np.float64)
+        self._base = np.concatenate([[0.0], model.verify_seconds(self._n[1:])])  # at the profiled context
+        self._buckets = np.concatenate([[0], _bucket(self._n[1:])])
+        self._bucket_list = self._buckets.tolist()
+        drafts = model.draft_layer is not None
+        self._layer = [0.0] + model.draft_seconds(self._n[1:]).tolist() if drafts else []
+        self._catch = [0.0] + model.catch_up_seconds(self._n[1:]).tolist() if drafts else []
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Re-tabulate the corrected verify curve: per width bucket, its measured correction shrunk toward
+        the common level (PRIOR pseudo-steps); a bucket never measured takes its measured neighbours'
+        (interpolated; beyond them the nearest), so a correction of the widths a planner uses is not undone
+        by the common level on the widths it skips (the curve is made non-decreasing afterwards)."""
+        seen = self.verify_seen
+        ratio = (seen * self.verify_ratio + PRIOR * self.verify_level) / (seen + PRIOR)
+        known = np.flatnonzero(seen > 0)
+        if known.size:
+            ratio = np.where(seen > 0, ratio, np.interp(np.arange(len(ratio)), known, ratio[known]))
+        table = ratio[self._buckets] * self._base
+        table[2:] = np.maximum.accumulate(table[2:])
+        self._table, self._table_list = table, table.tolist()
+
+    def verify(self, width: float | np.ndarray, context: float | None = None) -> float | np.ndarray:
+        """The verify stage at a padded `width` (an int, or an array of possibly fractional means) and
+        `context` tokens, corrected."""
+        factor = self.model.context_factor(context)
+        if isinstance(width, int) and 0 < width < TABLE:
+            return self._table_list[width] * factor
+        return np.interp(width, self._n, self._table) * factor
+
+    def verify_array(self, context: float | None) -> np.ndarray:
+        """[TABLE] float64: the corrected verify stage by padded width (index = width, 0 unused)."""
+        return self._table * self.model.context_factor(context)
+
+    def verify_scale(self, width: int, context: float | None) -> float:
+        """What multiplies the fitted verify curve at `width`: its correction and the context's factor."""
+        width = min(width, TABLE - 1)
+        return self._table_list[width] / self._base[width] * self.model.context_factor(context)
+
+    def layer(self, width: float) -> float:
+        """One draft layer forward of `width` nodes per row (a mean may be fractional), its expansion and
+        sync included."""
+        exact = isinstance(width, int) and 0 < width < TABLE
+        base = self._layer[width] if exact else float(self.model.draft_seconds(width))
+        return self.layer_factor * base
+
+    def catch_up(self, backlog: int) -> float:
+        m = max(int(backlog), 1)
+        return self.catch_factor * (self._catch[m] if m < TABLE else float(self.model.catch_up_seconds(m)))
+
+    def draft(self, backlog: int, forwards: float, layer_width: float) -> float:
+        """The draft's part of a step: catch-up and layer forwards (expansions and syncs in the factor)."""
+        return self.catch_up(backlog) + forwards * self.layer(layer_width)
+
+    def observe_ar(self, step: StepRecord, context: float | None, warm: bool) -> None:
+        """A plain step; `warm`: the two steps before it were plain too. Only those update c_T: the first
+        plain steps after drafting run 20-50% slower on the demo pair on this CPU (the target's weights are
+        cold after the draft's forwards), while c_T stands for plain decoding in its steady state, as an AR
+        baseline runs."""
+        if warm:  # the one-node verification is priced by c_T: no correction table to refresh
+            self.ar_step = self._ema(self.ar_step, step.seconds)
+
+    def observe_draft(self, step: StepRecord, facts: TreeFacts, context: float | None, host: bool) -> None:
+        if host:
+            self.query = self._ema(self.query, step.propose) if self.query > 0 else step.propose
+        elif self.online:
+            self._fit_draft(step.propose, facts)
+        self.rest = self._ema(self.rest, step.filter + step.commit)
+        self._observe_verify(step, context)
+
+    def _fit_draft(self, seconds: float, facts: TreeFacts) -> None:
+        """Refit the draft's two factors on this step's propose time: the catch-up's (it runs right after the
+        target's forward, with the draft's weights cold, and carries the step's fixed work: planning, the
+        first expansion) and the layers' (each with its expansion and sync). Both are re-solved from every
+        step seen, weighted by recency, so the level and the split between them follow what is measured."""
+        m = max(int(facts.backlog), 1)
+        catch = self._catch[m] if m < TABLE else float(self.model.catch_up_seconds(m))
+        layers = sum(self._layer[w] if w < TABLE else float(self.model.draft_seconds(w)) for w in facts.layer_widths)
+        x1 = layers / catch  # in units of the catch-up: the equations stay well conditioned
+        y = min(seconds, CLIP * (self.catch_factor * catch + self.layer_factor * layers)) / catch
+        g, r, keep, prior = self._gram, self._moment, DECAY, (1 - DECAY) * PRIOR
+        g00, g01, g11 = keep * g[0] + 1.0 + prior, keep * g[1] + x1, keep * g[2] + x1 * x1 + prior
+        r0, r1 = keep * r[0] + y + prior, keep * r[1] + x1 * y + prior
+        self._gram, self._moment = (g00, g01, g11), (r0, r1)
+        det = g00 * g11 - g01 * g01
+        self.catch_factor = max((r0 * g11 - r1 * g01) / det, 0.1)
+        self.layer_factor = max((r1 * g00 - r0 * g01) / det, 0.1)
+
+    def _observe_verify(self, step: StepRecord, context: float | None) -> None:
+        if not self.online:
+            return
+        w = step.width
+        base = self._base[w] if w < TABLE else float(self.model.verify_seconds(w))
+        ratio = step.verify / (base * self.model.context_factor(context))
+        b = self._bucket_list[w] if w < TABLE else int(_bucket(w))
+        self.verify_level = self._ema(self.verify_level, ratio)
+        self.verify_ratio[b] = self._ema(self.verify_ratio[b], ratio) if self.verify_seen[b] else ratio
+        self.verify_seen[b] = min(self.verify_seen[b] + 1, 1 / COST_WEIGHT)
+        self._refresh()
+
+    def _ema(self, old: float, new: float) -> float:
+        if not self.online:
+            return old
+        old = max(old, 1e-6)  # a part the profile measured as nothing (the loop next to a forward) still ticks
+        new = min(max(new, old / CLIP), old * CLIP)
+        return math.exp((1 - COST_WEIGHT) * math.log(old) + COST_WEIGHT * math.log(new))
+
+

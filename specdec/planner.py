@@ -1,0 +1,391 @@
+"""The step planner: whether to draft this step, how deep, and what it will cost (DESIGN 5).
+
+Before a step a supplier asks `StepPlanner.plan` for a depth cap D* in its choices (SMART: 0 .. max_depth;
+retrieval and prompt lookup: 0 or their tree depth) maximising the predicted speedup of the step::
+
+    R(D) = L(D) * c_T / C(D)          D = 0: a plain AR step (L = 1, C = c_T), the draft does not run
+
+with L(D), C(D) from `specdec.estimates` (measured acceptance and tree growth by depth, the step cost
+model corrected by the loop's timers), and drafts only when R(D*) beats 1 by a margin (`MARGIN` to start
+drafting, half of it to go on: hysteresis). A longer catch-up after plain steps is paid once when drafting
+resumes: the decision amortises what it exceeds the usual one by over `RESUME_HORIZON` steps. Every
+`probe_every` steps a probe keeps the estimates fresh: while plain decoding pays, a drafting step at the
+best cap (is drafting paying again? each probe that says no doubles the interval, up to `BACKOFF` times);
+while drafting pays, one at D* + 2 (how far deeper trees go). The first `WARMUP` drafting steps of a
+planner are probes with the deepest cap. When drafting could not pay even if every candidate were
+accepted (`_hopeless`), the draft never runs, probes included.
+
+Inside a step the planner prices what the supplier asks: the step's spending so far (`spent`), the
+corrected verify curve, how wide the next draft layer should be (`frontier_width`, which also says when no
+layer pays), and SMART's rule on host-side tries (`plan_trie`). Everything is decided from host numbers:
+the loop's own timers (`StepRecord`) and what the supplier brought to the host anyway (`TreeFacts`, the
+tested nodes for `Calibration`); the planner adds no sync.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+from .cost import CostModel
+from .estimates import Calibration, DepthStats, OnlineCosts, tested_nodes
+
+__all__ = ["StepRecord", "TreeFacts", "Plan", "PlanStats", "StepPlanner", "MARGIN", "plan_trie"]
+
+MARGIN = 0.05  # a plan must beat plain decoding by 5% to start drafting (2.5% to go on)
+WARMUP = 2  # the first drafting steps of a planner are probes with the deepest cap
+BACKOFF = 8  # while plain decoding keeps paying, the probe interval doubles up to this many times
+WARM_AFTER = 2  # plain steps in a row before one counts for c_T (the first after drafting run cold)
+REPLAN_EVERY = 8  # while plain decoding pays, the full plan runs every 8 steps (0.1-0.4 ms saved on the others)
+RESUME_HORIZON = 8  # steps over which a longer catch-up after plain steps is amortised when deciding
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What the generation loop measured in one step (numbers it has on the host anyway).
+
+    width: nodes per row verified (the padded tree width); accepted: [rows] tokens emitted per active
+    row, bonus included; propose .. commit: the loop's stage times in seconds; active: [B] bool, the rows
+    `accepted` covers (None: all).
+    """
+
+    width: int
+    accepted: np.ndarray
+    propose: float
+    filter: float
+    verify: float
+    commit: float
+    active: np.ndarray | None = None
+
+    @property
+    def seconds(self) -> float:
+        return self.propose + self.filter + self.verify + self.commit
+
+
+@dataclass(frozen=True)
+class TreeFacts:
+    """What a drafting step did, from numbers the supplier synced anyway.
+
+    cap: the plan's depth cap; forwards: draft layer forwards run (the catch-up excluded), of
+    ``layer_widths`` nodes per row; width_after[d - 1]: the padded tree width after depth d's nodes joined
+    (one entry per depth the tree reached, the last is the final width); backlog: the catch-up's length
+    (0 for suppliers without a draft model); row_depth: [B] each row's own tree depth, when known.
+    """
+
+    cap: int
+    forwards: int
+    layer_widths: tuple[int, ...]
+    width_after: tuple[int, ...]
+    backlog: int = 0
+    row_depth: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """depth: the cap (0: plain step, nothing drafted); length: predicted tokens per row, bonus included;
+    seconds: predicted step time; probe: taken to refresh the estimates, not because it pays."""
+
+    depth: int
+    length: float
+    seconds: float
+    probe: bool = False
+
+
+@dataclass
+class PlanStats:
+    """A planner's report over the steps of one or more `generate` calls (sums, so parts merge).
+
+    predicted/measured speedup: sum of c_T * tokens per row over the sum of step seconds, with the
+    planner's c_T, its predictions (before each step) and the loop's measurements (after it). The first
+    step of a call, which also reads the prompt, is not counted.
+    """
+
+    steps_drafted: int = 0
+    steps_ar: int = 0
+    probes: int = 0
+    predicted_tokens: float = 0.0
+    measured_tokens: float = 0.0
+    ar_seconds_predicted: float = 0.0
+    ar_seconds_measured: float = 0.0
+    seconds_predicted: float = 0.0
+    seconds_measured: float = 0.0
+
+    def merge(self, other: "PlanStats") -> "PlanStats":
+        return PlanStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    @property
+    def predicted_speedup(self) -> float:
+        return self.ar_seconds_predicted / self.seconds_predicted if self.seconds_predicted else 0.0
+
+    @property
+    def measured_speedup(self) -> float:
+        return self.ar_seconds_measured / self.seconds_measured if self.seconds_measured else 0.0
+
+    def to_dict(self) -> dict:
+        steps = self.steps_drafted + self.steps_ar
+        return {**{f.name: getattr(self, f.name) for f in fields(self)},
+                "predicted_speedup": self.predicted_speedup, "measured_speedup": self.measured_speedup,
+                "predicted_accepted_length": self.predicted_tokens / steps if steps else 0.0,
+                "measured_accepted_length": self.measured_tokens / steps if steps else 0.0}
+
+
+@dataclass
+class _BatchState:
+    """What the planner keeps per batch size: corrected costs and whether plain decoding currently wins."""
+
+    costs: OnlineCosts
+    drafting: bool = True
+    since_probe: int = 0
+    probe_turn: int = 0
+    plain_run: int = 0  # plain steps in a row before the current one
+    quiet: int = 0  # plain steps left before the next full plan
+    backoff: int = 1  # the probe interval's multiple while plain decoding pays
+
+
+class StepPlanner:
+    """Plans each step of one supplier (module docstring).
+
+    max_depth: the deepest cap; choices: the caps it may plan (default 0 .. max_depth); host: the supplier
+    drafts on the host (retrieval, prompt lookup): its draft cost is its measured query, not catch-up and
+    layers; margin, probe_every: see the module docstring; online: False freezes the costs at the profile's.
+    """
+
+    def __init__(self, max_depth: int, *, choices: tuple[int, ...] | None = None, host: bool = False,
+                 margin: float = MARGIN, probe_every: int = 32, online: bool = True):
+        self.max_depth, self.host, self.margin = max_depth, host, margin
+        self.choices = tuple(choices) if choices is not None else tuple(range(max_depth + 1))
+        self.probe_every, self.online = probe_every, online
+        self.depths = DepthStats(max_depth)
+        self.calibration = Calibration()
+        self._batches: dict[int, _BatchState] = {}
+        self.state: _BatchState | None = None
+        self.stats = PlanStats()
+        self._plan: Plan | None = None
+        self._pending: tuple[StepRecord, TreeFacts | None] | None = None
+        self.context: float | None = None
+
+    @property
+    def costs(self) -> OnlineCosts:
+        return self.state.costs
+
+    def start(self, cost: CostModel) -> None:
+        """A new `generate` call at `cost.batch_size` (its corrections and mode persist per batch size)."""
+        self._learn()  # the last step of the previous call
+        self._plan = None
+        state = self._batches.get(cost.batch_size)
+        if state is None or state.costs.model is not cost:
+            state = self._batches[cost.batch_size] = _BatchState(OnlineCosts(cost, self.online))
+        self.state = state
+        self.stats = PlanStats()
+
+    def predict(self, backlog: int, context: float | None) -> tuple[np.ndarray, np.ndarray]:
+        """(L(D), C(D)) for every depth D = 0 .. max_depth at this backlog and context."""
+        c, e = self.costs, self.depths.estimates()
+        seconds = c.rest + c.verify(e.width, context)
+        if self.host:
+            seconds = seconds + c.query
+        else:
+            seconds = seconds + c.catch_up(backlog) + e.forwards * c.layer(e.layer_width)
+        seconds[0] = c.ar_step
+        return e.length, seconds
+
+    def plan(self, backlog: int = 1, context: float | None = None) -> Plan:
+        """The cap of the next step (0: plain decoding). backlog: the draft's pending tokens (widest row)."""
+        self._learn()
+        state, self.context = self.state, context
+        state.since_probe += 1
+        if not state.drafting and state.quiet > 0 and state.since_probe < self.probe_every:
+            state.quiet -= 1  # plain decoding pays and nothing but c_T moved: no need to weigh it again yet
+            self._plan = Plan(0, 1.0, self.costs.ar_step)
+            return self._plan
+        length, seconds = self.predict(backlog, context)
+        decide = seconds
+        if not self.host:  # a long catch-up is paid once when drafting resumes: amortise what exceeds the usual
+            usual = self.costs.catch_up(max(1, round(float(length[-1]))))
+            extra = max(self.costs.catch_up(backlog) - usual, 0.0) * (1 - 1 / RESUME_HORIZON)
+            decide = seconds - np.where(np.arange(len(seconds)) > 0, extra, 0.0)
+        rate = length / decide
+        best = max((d for d in self.choices if d > 0), key=rate.__getitem__)
+        gain = rate[best] * seconds[0]
+        state.drafting = 0 not in self.choices or gain > 1 + (self.margin / 2 if state.drafting else self.margin)
+        state.quiet = REPLAN_EVERY - 1
+        deepest = self.choices[-1]
+        if not state.drafting and self._hopeless(context):
+            depth, probe = 0, False  # not even every candidate accepted would pay: no probe either
+        elif self.depths.steps < WARMUP:
+            depth, probe = deepest, True
+        elif state.since_probe >= self.probe_every * state.backoff and 0 in self.choices:
+            # Plain decoding pays: is a tree of the best depth paying again? (Each such probe that finds no
+            # drafting worth it doubles the interval to the next.) Drafting pays: how far deeper trees go.
+            state.since_probe = 0
+            state.backoff = 1 if state.drafting else min(2 * state.backoff, BACKOFF)
+            depth, probe = (min(best + 2, deepest) if state.drafting else best), True
+        else:
+            depth, probe = (best if state.drafting else 0), False
+        self._plan = Plan(depth, float(length[depth]), float(seconds[depth]), probe)
+        return self._plan
+
+    def _hopeless(self, context: float | None) -> bool:
+        """Whether drafting cannot pay even if every candidate were accepted: a chain of D tokens accepting
+        all D, at its cheapest (catch-up of one token, one-node layers), against D + 1 plain steps."""
+        c = self.costs
+        depth = np.array([d for d in self.choices if d > 0], dtype=np.float64)
+        cheapest = c.rest + c.verify(depth + 1, context)
+        cheapest = cheapest + (c.query if self.host else c.catch_up(1) + (depth - 1) * c.layer(1))
+        return bool(np.all((depth + 1) * c.ar_step <= (1 + self.margin) * cheapest))
+
+    def record(self, step: StepRecord, facts: TreeFacts | None) -> None:
+        """Keep what the step just taken measured (facts: None for a plain step); the planner learns from it
+        at the next `plan` or `report`, so its own work falls inside the loop's propose timer."""
+        self._pending = (step, facts) if self._plan is not None else None
+
+    def _learn(self) -> None:
+        if self._pending is None:
+            return
+        (step, facts), self._pending = self._pending, None
+        plan, c = self._plan, self.costs
+        if plan is None:
+            return
+        rows = np.asarray(step.accepted)
+        if facts is None or plan.depth == 0:
+            c.observe_ar(step, self.context, warm=self.state.plain_run >= WARM_AFTER)
+            self.stats.steps_ar += 1
+        else:
+            depth = facts.row_depth
+            if depth is not None and step.active is not None:
+                depth = depth[step.active]
+            self.depths.record(facts, rows - 1, depth)
+            c.observe_draft(step, facts, self.context, self.host)
+            self.stats.steps_drafted += 1
+        self.state.plain_run = self.state.plain_run + 1 if facts is None or plan.depth == 0 else 0
+        measured = float(rows.mean()) if rows.size else 1.0
+        s = self.stats
+        s.probes += plan.probe
+        s.predicted_tokens += plan.length
+        s.measured_tokens += measured
+        s.ar_seconds_predicted += c.ar_step * plan.length
+        s.ar_seconds_measured += c.ar_step * measured
+        s.seconds_predicted += plan.seconds
+        s.seconds_measured += step.seconds
+        self._plan = None
+
+    def report(self) -> PlanStats:
+        self._learn()
+        return self.stats
+
+    def observe_tree(self, tokens: np.ndarray, parents: np.ndarray, num_nodes: np.ndarray, edge: np.ndarray,
+                     acc_tokens: np.ndarray, num_accepted: np.ndarray) -> None:
+        """Calibrate on the step's host-side tree (tokens, parents [B, T], num_nodes [B], edge [B, T]: each
+        node's conditional probability under the drafter) and what the target accepted (acc_tokens [B, A],
+        num_accepted [B]: `Acceptance.host_tokens`, `host_num_accepted`)."""
+        tested, accepted = tested_nodes(tokens, parents, num_nodes, acc_tokens, num_accepted)
+        self.calibration.observe(edge[tested], accepted[tested])
+
+    # ------------------------------------------------------------------ pricing inside a step
+    def frontier_width(self, bounds: list[float], onward: float, length: float, spent: float, width: int) -> int:
+        """How many of each row's best kept nodes the next draft layer forwards: 0 (stop drafting) to
+        len(bounds).
+
+        bounds[i]: the most that forwarding every row's i-th best node can add to the rows' accepted tokens
+        (a child is accepted only after its parent: the parents' calibrated probabilities, summed over
+        rows); onward: the measured chance of going one token deeper; length: the rows' summed L so far;
+        spent: the step's seconds so far outside verification; width: the padded tree width now. A forward of
+        w nodes costs a draft layer w wide and, at least, one more verified column. The width is the one
+        whose expected gain (bounds times onward) leaves the step the best tokens per second; the forward runs
+        only if even its best possible gain (the bounds) beats the step as it is.
+        """
+        c, context = self.costs, self.context
+        now = spent + c.verify(width, context)
+        column = c.verify(width + 1, context) - c.verify(width, context)
+        best, best_rate, bound = 0, 0.0, 0.0
+        for w, b in enumerate(bounds, 1):
+            bound += b
+            cost = now + c.layer(w) + column
+            rate = (length + onward * bound) / cost
+            if rate > best_rate and (length + bound) / cost > length / now:
+                best, best_rate = w, rate
+        return best
+
+    def cost_vector(self, spent: float, width: int) -> list[float]:
+        """K2's (c0, lambda, gamma, delta, rho) for a step that has spent `spent` seconds outside
+        verification: the verify fit scaled by this width's correction."""
+        c = self.costs
+        v = c.model.verify
+        scale = c.verify_scale(max(width, 2), self.context)
+        return [spent + scale * v.c0, 0.0, scale * v.gamma, v.delta, v.rho]
+
+    def spent(self, backlog: int, layer_widths: list[int]) -> float:
+        """Seconds a step has spent outside verification after its catch-up (or query) and layer forwards
+        of `layer_widths` nodes."""
+        c = self.costs
+        if self.host:
+            return c.rest + c.query
+        return c.rest + c.catch_up(backlog) + sum(c.layer(w) for w in layer_widths)
+
+
+# ---------------------------------------------------------------------------------------------- host tries
+def plan_trie(parents: np.ndarray, counts: np.ndarray, num_nodes: np.ndarray, planner: StepPlanner, alpha: float,
+              benefit: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """SMART's rule on a host-side trie (retrieval, prompt lookup), priced by the planner's step cost.
+
+    parents, counts: [B, T] int64 of a trie in breadth-first order (`suppliers.trie.Trie`). A node's
+    conditional probability is its share of its parent's matches, calibrated by the planner's
+    `Calibration`; its path probability, the product along its path. Per row, nodes join in that order
+    (ties: node index, so parents come first) while each passes ``alpha * dL(u) * C(|T|) > L(T) * (V(|T| +
+    1) - V(|T|))`` with C the step's cost so far (query, loop) plus the corrected verification V;
+    dL(u) = its calibrated path probability, over the tree's leaves before it joins for benefit "paper".
+    Returns keep [B, T] bool (prefix-closed, the root always), the conditional probabilities [B, T] (what
+    `StepPlanner.observe_tree` calibrates on) and the kept tree's depth.
+    """
+    B, T = parents.shape
+    node = np.arange(T)[None, :]
+    real = (node >= 1) & (node < num_nodes[:, None])
+    edge = np.where(real, counts / np.maximum(np.take_along_axis(counts, np.maximum(parents, 0), 1), 1), 1.0)
+    log_cal = _path_sum(np.where(real, np.log(np.maximum(planner.calibration(edge), 1e-12)), 0.0), parents, real)
+    order = np.argsort(np.where(real, -log_cal, np.inf), axis=1, kind="stable")[:, : T - 1]
+    valid = np.take_along_axis(real, order, axis=1)  # [B, J]: candidate j is node order[b, j]
+    calibrated = np.where(valid, np.exp(np.take_along_axis(log_cal, order, axis=1)), 0.0)
+    length = 1.0 + np.cumsum(calibrated, axis=1) - calibrated  # L_j: the tree before candidate j joins
+    gain = alpha * calibrated / (_leaves_before(parents, order, valid) if benefit == "paper" else 1.0)
+    size = 1 + np.arange(T - 1)  # |T|_j
+    verify = planner.costs.verify_array(planner.context)
+    top = len(verify) - 2
+    cost = planner.spent(0, []) + verify[np.minimum(size, top)]
+    slope = verify[np.minimum(size + 1, top + 1)] - verify[np.minimum(size, top)]
+    ok = valid & (gain * cost > length * np.maximum(slope, 1e-12))
+    joined = np.cumprod(ok, axis=1).astype(bool)
+    keep = np.zeros((B, T), dtype=bool)
+    np.put_along_axis(keep, order, joined, axis=1)
+    keep[:, 0] = True
+    depth = _path_sum(real.astype(np.float64), parents, real)
+    return keep, edge, int(depth[keep].max())
+
+
+def _path_sum(values: np.ndarray, parents: np.ndarray, real: np.ndarray) -> np.ndarray:
+    """[B, T]: each node's value summed with its ancestors' (pointer jumping over the parents)."""
+    total = values.copy()
+    jump = np.where(real, parents, -1)
+    for _ in range(max(1, math.ceil(math.log2(parents.shape[1] + 1)))):
+        has = jump >= 0
+        safe = np.maximum(jump, 0)
+        total = total + np.where(has, np.take_along_axis(total, safe, axis=1), 0.0)
+        jump = np.where(has, np.take_along_axis(jump, safe, axis=1), -1)
+    return total
+
+
+def _leaves_before(parents: np.ndarray, order: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """[B, J] float: leaves (root-to-leaf paths) of the tree just before candidate j joins, in `order`.
+
+    A node adds a leaf unless it is the first of its parent's children to join (then the parent stops
+    being one); the root alone is one path.
+    """
+    B, J = order.shape
+    rows = np.arange(B)[:, None]
+    parent = np.take_along_axis(parents, order, axis=1)  # [B, J]
+    first = np.full(parents.shape, J, dtype=np.int64)  # first join position among each node's children
+    np.minimum.at(first, (np.broadcast_to(rows, (B, J))[valid], parent[valid]),
+                  np.broadcast_to(np.arange(J), (B, J))[valid])
+    adds = valid & (first[rows, np.maximum(parent, 0)] != np.arange(J)[None, :])
+    return 1.0 + np.cumsum(adds, axis=1) - adds

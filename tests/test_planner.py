@@ -1,0 +1,123 @@
+"""The step planner: its depth cap equals the brute-force argmax on hand-built cost curves, and its online
+costs follow the loop's timers (level and shape)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from specdec.cost import CostModel, Curve
+from specdec.estimates import Estimates, OnlineCosts
+from specdec.planner import MARGIN, StepPlanner, StepRecord, TreeFacts
+from test_cost import make_cost
+
+MAX_DEPTH = 7
+WIDTHS = np.array([1, 3, 6, 10, 15, 21, 28, 36], dtype=np.float64)  # the tree's padded width with cap D
+FORWARDS = np.array([0, 0, 1, 2, 3, 4, 5, 6], dtype=np.float64)  # layer forwards with cap D (depth 1: catch-up)
+
+
+class FixedDepths:
+    """Acceptance and growth by depth held fixed (what `DepthStats` would have learned)."""
+
+    def __init__(self, rate: float):
+        s = np.cumprod(np.full(MAX_DEPTH, rate))
+        self.steps = 100  # past the warm-up probes
+        self._e = Estimates(np.concatenate([[1.0], 1.0 + np.cumsum(s)]), [1.0] + [rate] * MAX_DEPTH,
+                            [1.0] + [rate] * MAX_DEPTH, FORWARDS, WIDTHS, 1.0)
+
+    def estimates(self) -> Estimates:
+        return self._e
+
+
+def knee_cost(knee: int, jump: float) -> CostModel:
+    """Verification flat at 5 ms up to `knee` nodes, then `jump` seconds more per node; an AR step of 4 ms
+    (3.5 ms forward, 0.5 ms loop); draft layer 0.3 ms, catch-up 0.4 ms."""
+    base = make_cost(ar_step=4e-3, loop=5e-4, layer=3e-4, catch_up=4e-4)
+    x = sorted({1.0, 2.0, float(knee), 64.0})
+    seconds = [3.5e-3 if n == 1 else 5e-3 + jump * max(n - knee, 0.0) for n in x]
+    return replace(base, use_fit=False, verify_points=Curve.through(x, seconds))
+
+
+def brute_force(cost: CostModel, depths: FixedDepths) -> tuple[int, float]:
+    """argmax over D of L(D) c_T / C(D), each C(D) priced part by part through the cost model's API."""
+    e = depths.estimates()
+    rates = [1.0] + [cost.speedup(e.length[d], cost.step_seconds(int(WIDTHS[d]), backlog=1, layers=FORWARDS[d]))
+                     for d in range(1, MAX_DEPTH + 1)]
+    best = int(np.argmax(rates[1:])) + 1
+    return best, rates[best]
+
+
+def test_depth_cap_is_the_brute_force_argmax():
+    chosen = []
+    for rate, knee in ((r, k) for r in (0.4, 0.7, 0.9) for k in (2, 3, 6, 10, 15, 21, 28, 36)):
+        for jump in (2e-4, 1e-3, 5e-3):
+            cost = knee_cost(knee, jump)
+            planner = StepPlanner(MAX_DEPTH, online=False)
+            planner.start(cost)
+            planner.depths = FixedDepths(rate)
+            plan = planner.plan(backlog=1)
+            best, speedup = brute_force(cost, planner.depths)
+            # A planner that starts drafting goes on while the best plan beats AR by half the margin.
+            want = best if speedup > 1 + MARGIN / 2 else 0
+            assert plan.depth == want, (rate, knee, jump, speedup)
+            assert plan.seconds == pytest.approx(cost.ar_step if want == 0 else cost.step_seconds(
+                int(WIDTHS[want]), backlog=1, layers=FORWARDS[want]))
+            chosen.append(plan.depth)
+    assert len(set(chosen)) >= 4  # the knees and rates moved the choice, plain decoding (0) included
+
+
+def test_plain_decoding_needs_the_full_margin_to_start_drafting():
+    cost = knee_cost(6, 1e-3)
+    planner = StepPlanner(MAX_DEPTH, online=False)
+    planner.start(cost)
+    planner.depths = FixedDepths(0.7)
+    _, speedup = brute_force(cost, planner.depths)
+    assert speedup > 1 + MARGIN  # drafting pays: the planner drafts ...
+    assert planner.plan().depth > 0
+    planner.state.drafting = False  # ... but had it been decoding plainly, it needs speedup > 1 + margin
+    strict = StepPlanner(MAX_DEPTH, online=False, margin=speedup - 1 + 1e-3)
+    strict.start(cost)
+    strict.depths = FixedDepths(0.7)
+    strict.state.drafting = False
+    assert strict.plan().depth == 0
+
+
+def record(width, verify, propose=0.0, accepted=(1,)):
+    return StepRecord(width, np.array(accepted), propose, 0.0, verify, 0.0)
+
+
+def test_online_costs_follow_the_timers_in_level_and_shape():
+    model = make_cost(ar_step=4e-3, loop=5e-4, layer=3e-4, catch_up=4e-4)
+    costs = OnlineCosts(model)
+    for _ in range(60):  # plain steps twice as slow as profiled; only warm ones count
+        costs.observe_ar(record(1, 8e-3), None, warm=True)
+    assert costs.ar_step == pytest.approx(8e-3, rel=0.01)
+    costs.observe_ar(record(1, 1.0), None, warm=False)
+    assert costs.ar_step == pytest.approx(8e-3, rel=0.01)
+    base8, base40 = model.verify_seconds(8), model.verify_seconds(40)
+    for i in range(80):  # width 8 verifies as profiled, width 40 3x slower (a steeper curve); catch-ups cost 1x,
+        layers = 1 + i % 4  # layers 3x (the split between them is solvable: the layer count varies)
+        facts = TreeFacts(5, layers, (4,) * layers, (8,), backlog=2)
+        propose = model.catch_up_seconds(2) + 3 * layers * model.draft_seconds(4)
+        wide = i % 2 == 1
+        costs.observe_draft(record(40 if wide else 8, 3 * base40 if wide else base8, propose, (3,)), facts, None, False)
+    # Each width bucket's correction is shrunk toward the common level by PRIOR pseudo-steps (within 25%),
+    # the shape still follows: the wide trees' correction is over twice the narrow ones'.
+    assert costs.verify(8) == pytest.approx(base8, rel=0.25)
+    assert costs.verify(40) == pytest.approx(3 * base40, rel=0.25)
+    assert costs.verify(40) / base40 > 2 * costs.verify(8) / base8
+    # The two factors are re-solved together (PRIOR pseudo-steps hold them toward the profile's 1, 1).
+    assert costs.catch_factor == pytest.approx(1.0, abs=0.25) and costs.layer_factor == pytest.approx(3.0, rel=0.1)
+    want = model.catch_up_seconds(2) + 3 * 2 * model.draft_seconds(4)
+    assert costs.draft(2, 2, 4) == pytest.approx(want, rel=0.05)
+
+
+def test_frozen_costs_stay_the_profiles():
+    model = make_cost(ar_step=4e-3, loop=5e-4)
+    costs = OnlineCosts(model, online=False)
+    costs.observe_ar(record(1, 9e-3), None, warm=True)
+    costs.observe_draft(record(8, 1.0, 1.0, (3,)), TreeFacts(3, 1, (4,), (8,), backlog=2), None, False)
+    assert costs.ar_step == model.ar_step and costs.verify(8) == pytest.approx(model.verify_seconds(8))
+    assert costs.layer(4) == pytest.approx(model.draft_seconds(4))
