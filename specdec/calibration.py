@@ -49,7 +49,9 @@ class Calibration:
         _check(self.__dict__, "calibration")
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps({"format": FORMAT, "version": VERSION, **asdict(self)}, indent=1) + "\n")
+        from .records import atomic_write_text
+
+        atomic_write_text(path, json.dumps({"format": FORMAT, "version": VERSION, **asdict(self)}, indent=1) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> "Calibration":
@@ -169,17 +171,14 @@ def calibrate(target: PreTrainedModel, scorer: PreTrainedModel, prompts: Iterabl
 
 
 def cached_calibration(target: PreTrainedModel, scorer: PreTrainedModel, prompts: list[list[int]], **settings) -> Calibration:
-    """`calibrate(target, scorer, prompts, **settings)`, run once per models, dtype, prompts and settings and
-    kept under $SPECDEC_CACHE/valuspec (default ~/.cache/specdec/valuspec). A cached file that no longer
-    validates is computed again."""
-    import hashlib
+    """`calibrate(target, scorer, prompts, **settings)`, run once per models' weights, package source, device,
+    dtype, prompts and settings (`records.content_key`) and kept under $SPECDEC_CACHE/valuspec (default
+    ~/.cache/specdec/valuspec). A cached file that no longer validates is computed again."""
+    from .records import cache_file, content_key
 
-    from . import __version__
-    from .models import cache_dir
-
-    key = json.dumps({"target": _name(target), "scorer": _name(scorer), "dtype": str(target.dtype),
-                      "specdec": __version__, "prompts": prompts, **settings}, sort_keys=True)
-    path = cache_dir() / "valuspec" / f"calibration-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    key = content_key("calibration", {"target": target, "scorer": scorer}, device=str(target.device),
+                      dtype=str(target.dtype), settings={"prompts": prompts, **settings})
+    path = cache_file("valuspec", "calibration", key)
     if path.is_file():
         try:
             return Calibration.load(path)

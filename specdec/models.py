@@ -10,6 +10,8 @@ import torch
 from transformers import (AutoModelForCausalLM, AutoTokenizer, DistributedConfig, PreTrainedModel,
                           PreTrainedTokenizerBase)
 
+from .records import cache_dir  # re-exported: specdec.models.cache_dir predates specdec.records
+
 __all__ = ["DTYPES", "cache_dir", "load_model", "load_tokenizer", "resolve_device", "resolve_name", "smollm2_path"]
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -54,11 +56,6 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
             raise ValueError(f"tokenizer: {name_or_path!r} has neither a pad nor an EOS token to pad with")
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
-
-
-def cache_dir() -> Path:
-    """Where specdec caches what it builds on first use: $SPECDEC_CACHE, default ~/.cache/specdec."""
-    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec"))
 
 
 def smollm2_path() -> Path:

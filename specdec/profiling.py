@@ -117,8 +117,10 @@ class Profile:
     FORMAT = "specdec-profile"
 
     def save(self, path: str | Path) -> None:
+        from .records import atomic_write_text
+
         doc = {"format": self.FORMAT, "version": 1, **asdict(self)}
-        Path(path).write_text(json.dumps(doc, indent=1))
+        atomic_write_text(path, json.dumps(doc, indent=1))
 
     @classmethod
     def load(cls, path: str | Path) -> "Profile":
@@ -274,24 +276,20 @@ def profile(target: PreTrainedModel, draft: PreTrainedModel | None = None, *,
 
 def cached_profile(target: PreTrainedModel, draft: PreTrainedModel | None = None, *, progress: bool = True,
                    **settings) -> Profile:
-    """`profile(target, draft, **settings)`, run once per device, dtype, models and settings and kept as JSON
-    under $SPECDEC_CACHE/profiles (default ~/.cache/specdec/profiles). A cached file that no longer
-    validates is measured again."""
-    import hashlib
-    from .models import cache_dir
-    from . import __version__
+    """`profile(target, draft, **settings)`, run once per device, dtype, models' weights, package source and
+    settings (`records.content_key`) and kept as JSON under $SPECDEC_CACHE/profiles (default
+    ~/.cache/specdec/profiles). A cached file that no longer validates is measured again."""
+    from .records import cache_file, content_key
 
-    key = json.dumps({"device": device_name(target.device), "dtype": str(target.dtype), "target": model_name(target),
-                      "draft": model_name(draft), "specdec": __version__,
-                      **{k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}}, sort_keys=True)
-    root = cache_dir() / "profiles"
-    path = root / f"profile-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    key = content_key("profile", {"target": target, "draft": draft}, device=device_name(target.device),
+                      dtype=str(target.dtype), settings=settings)
+    path = cache_file("profiles", "profile", key)
     if path.is_file():
         try:
             return Profile.load(path)
         except ValueError:
             pass  # a damaged or outdated cache file: profile again and overwrite it
     prof = profile(target, draft, progress=progress, **settings)
-    root.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     prof.save(path)
     return prof
