@@ -41,7 +41,7 @@ from .state import DecodeState
 from .suppliers.base import Supplier
 from .suppliers.draft import DraftRunner
 from .tree import TreeBatch, pack_bits, unpack_bits
-from .verify import Acceptance, greedy_accept, vocab_size
+from .verify import Acceptance, greedy_accept
 
 __all__ = ["BranchScorer", "ValuSpecFilter", "FixedThresholdFilter", "keep_branches"]
 
@@ -102,7 +102,7 @@ class _ScorerRunner(DraftRunner):
                           torch.cat([sees_chain, tree_bits], 2)], 1)  # [B, C + T - 1, C + T - 1]
         base = cache.positions()  # [B]: position of the chain's first token
         positions = torch.cat([chain.positions(base), tree.positions(base + n - 1)[:, 1:]], 1)
-        tokens = torch.cat([chain.tokens, tree.tokens[:, 1:]], 1)
+        tokens = self.vocab.ids(torch.cat([chain.tokens, tree.tokens[:, 1:]], 1))
         hidden = tree_forward(self.draft, cache, tokens, positions, pack_bits(bits), backend=self.backend,
                               hidden_states=True)  # [B, N, d]: K3 projects only the scored tokens
         cache.commit_prefix(n, self._pending_host)
@@ -135,13 +135,15 @@ class BranchScorer:
         self.reuse_draft_logp = reuse_draft_logp
         self.backend = backend
         self.runner = _ScorerRunner(model, backend)
+        self._shared = self._head_weight.shape[0]  # rows scored; `attach` limits them to the target's ids
         self.reusing = False
 
     def attach(self, target: PreTrainedModel, supplier: Supplier | None = None) -> None:
-        if vocab_size(self.model) != vocab_size(target):
-            raise ValueError(f"scorer: vocabulary of {vocab_size(self.model)} tokens, the target's has "
-                             f"{vocab_size(target)}; a scorer must share the target's tokenizer")
+        """A scorer with more or fewer embedding rows than the target (one tokenizer, different padding)
+        scores over the ids both share: its softmax runs over those rows of its LM head only, and a token
+        beyond them gets log-prob -inf (`specdec.vocab`)."""
         self.runner.attach(target)
+        self._shared = self.runner.vocab.size
         runner = getattr(supplier, "runner", None)
         self.reusing = self.reuse_draft_logp and isinstance(runner, DraftRunner) and runner.draft is self.model
 
@@ -165,8 +167,13 @@ class BranchScorer:
         if T == 1:
             return torch.zeros(B, 1, dtype=torch.float32, device=tree.device)
         at_parent = hidden.gather(1, parents[:, 1:, None].expand(B, T - 1, hidden.shape[-1]))  # [B, T-1, d]
-        lp = ops.token_logprob(at_parent.reshape(B * (T - 1), -1), self._head_weight, tree.tokens[:, 1:].reshape(-1),
-                               bias=self._head_bias, backend=self.backend)
+        targets = tree.tokens[:, 1:].reshape(-1)  # [N]
+        known = self.runner.vocab.known(targets)  # ids the scorer shares with the target
+        n = self._shared
+        bias = None if self._head_bias is None else self._head_bias[:n]
+        lp = ops.token_logprob(at_parent.reshape(B * (T - 1), -1), self._head_weight[:n], torch.where(known, targets, 0),
+                               bias=bias, backend=self.backend)
+        lp = torch.where(known, lp, float("-inf"))
         logp = torch.cat([torch.zeros(B, 1, dtype=torch.float32, device=tree.device), lp.view(B, T - 1)], 1)
         return torch.where(tree.valid, logp, 0.0)
 

@@ -37,11 +37,13 @@ from transformers import PreTrainedModel
 
 from ..attention import install, prefill, tree_forward
 from ..cache import TreeCache
+from ..checks import as_int
 from ..state import DecodeState
 from ..tree import TreeBatch, pack_bits
 from ..sampling import sample, sample_without_replacement
 from ..verify import Acceptance, vocab_size
-from .base import Supplier
+from ..vocab import SharedVocab
+from .base import Supplier, check_within, position_limit
 
 __all__ = ["DraftSupplier", "DraftRunner"]
 
@@ -53,26 +55,36 @@ class DraftRunner:
     target accepted last step (returning the draft's logits at the root), `begin_tree` clears the ancestry
     of the tree region, `forward_layer` forwards one frontier layer with tree attention, `commit` drops the
     tree region and queues the next catch-up chain.
+
+    Vocabularies (`specdec.vocab`): the draft may have more or fewer embedding rows than the target (one
+    tokenizer, different padding). The logits it returns are over the target's ids, -inf past the ids
+    both share, and ids it cannot embed are fed to it as 0 (`SharedVocab`).
     """
 
     def __init__(self, draft: PreTrainedModel, backend: str = "auto"):
         self.draft = draft
         self.backend = backend
         self.cache: TreeCache | None = None
+        self.vocab = SharedVocab(vocab_size(draft), vocab_size(draft))  # until `attach` meets the target
 
     def attach(self, target: PreTrainedModel) -> None:
-        if vocab_size(self.draft) != vocab_size(target):
-            raise ValueError(f"draft: vocabulary of {vocab_size(self.draft)} tokens, the target's has "
-                             f"{vocab_size(target)}; a draft must share the target's tokenizer")
+        self.vocab = SharedVocab.between(self.draft, target)
         if self.draft.device != target.device:
             raise ValueError(f"draft: on {self.draft.device}, the target on {target.device}")
         install(self.draft, "draft")
+
+    def memory_bytes(self, batch_size: int, capacity: int, region: int, width: int, layers: int) -> tuple[int, int]:
+        """(the draft cache's and the tree ancestry's bytes, one layer's logits and their float32
+        temporaries) for `start(region=region)` and `begin_tree(width, layers)` at `batch_size`."""
+        cache = batch_size * (capacity + region) * TreeCache.slot_bytes(self.draft)
+        ancestry = batch_size * (width * layers) ** 2  # begin_tree's bool region
+        return cache + ancestry, batch_size * max(width, 1) * self.vocab.target * 16
 
     def start(self, state: DecodeState, region: int) -> None:
         """Prefill the prompts; `region`: the most slots one step's catch-up or tree layers occupy."""
         B = state.batch_size
         self.cache = TreeCache.for_model(self.draft, B, state.capacity + region)
-        prefill(self.draft, self.cache, state.input_ids[:, :-1], state.start, backend=self.backend)
+        prefill(self.draft, self.cache, self.vocab.ids(state.input_ids[:, :-1]), state.start, backend=self.backend)
         device = state.root.device
         self._pending = TreeBatch(state.root[:, None], torch.full((B, 1), -1, dtype=torch.int64, device=device),
                                   torch.ones(B, dtype=torch.int64, device=device), max_depth=0)
@@ -85,13 +97,15 @@ class DraftRunner:
         self._pending_host = acc.host_num_accepted + 1
 
     def catch_up(self) -> Tensor:
-        """Forward and commit the pending chain; returns the draft's logits at the root, [B, V]."""
+        """Forward and commit the pending chain; returns the draft's logits at the root, [B, V] (V: the
+        target's ids, see `SharedVocab.logits`)."""
         chain, cache = self._pending, self.cache
-        logits = tree_forward(self.draft, cache, chain.tokens, chain.positions(cache.positions()),
+        logits = tree_forward(self.draft, cache, self.vocab.ids(chain.tokens), chain.positions(cache.positions()),
                               chain.ancestor_mask, backend=self.backend)
         cache.commit_prefix(chain.num_nodes, self._pending_host)
         self._root_pos = cache.positions() - 1  # the catch-up committed the root
-        return logits.gather(1, (chain.num_nodes - 1)[:, None, None].expand(-1, 1, logits.shape[-1]))[:, 0]
+        root = logits.gather(1, (chain.num_nodes - 1)[:, None, None].expand(-1, 1, logits.shape[-1]))[:, 0]
+        return self.vocab.logits(root)
 
     def begin_tree(self, width: int, layers: int) -> None:
         """Prepare `layers` frontier forwards of `width` nodes each; layer d's nodes sit at slots
@@ -102,7 +116,7 @@ class DraftRunner:
         self._layer = 0
 
     def forward_layer(self, tokens: Tensor, parent_slot: Tensor | None) -> Tensor:
-        """Forward one frontier layer; returns its logits [B, F, V].
+        """Forward one frontier layer; returns its logits [B, F, V] (over the target's ids).
 
         tokens:      [B, F] int64, the frontier nodes (F = width; inactive slots may hold any token id).
         parent_slot: [B, F] int64, tree-region slot of each node's parent (a node of the previous layer),
@@ -119,8 +133,9 @@ class DraftRunner:
         bits[:, rows, s0 + rows] = True
         region[:, s0:s0 + F] = bits
         self._layer = d
-        return tree_forward(self.draft, self.cache, tokens, (self._root_pos + d)[:, None].expand(B, F),
-                            pack_bits(bits[:, :, : s0 + F]), backend=self.backend)
+        logits = tree_forward(self.draft, self.cache, tokens, (self._root_pos + d)[:, None].expand(B, F),
+                              pack_bits(bits[:, :, : s0 + F]), backend=self.backend)
+        return self.vocab.logits(logits)
 
 
 class DraftSupplier(Supplier):
@@ -142,9 +157,8 @@ class DraftSupplier(Supplier):
                  total_tokens: int = 32, *, backend: str = "auto"):
         if mode not in ("chain", "tree"):
             raise ValueError(f"mode: expected 'chain' or 'tree', got {mode!r}")
-        for name, value, low in (("depth", depth, 1), ("topk", topk, 1), ("total_tokens", total_tokens, 2)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
+        depth, topk, total_tokens = (as_int(v, name, low) for v, name, low in (
+            (depth, "depth", 1), (topk, "topk", 1), (total_tokens, "total_tokens", 2)))
         self.draft = draft
         self.runner = DraftRunner(draft, backend)
         self.mode = mode
@@ -152,18 +166,37 @@ class DraftSupplier(Supplier):
         self.topk = 1 if mode == "chain" else topk
         pool = 1 + self.topk + (depth - 1) * self.topk * self.topk
         self.total_tokens = depth + 1 if mode == "chain" else min(total_tokens, pool)
+        self.requested_total = total_tokens
         self.backend = backend
         if self.topk > vocab_size(draft):
             raise ValueError(f"topk: {topk} exceeds the draft's vocabulary of {vocab_size(draft)}")
 
     def attach(self, target: PreTrainedModel) -> None:
+        """Bounds that need the target: a tree deeper or larger than the models' positions, or more
+        children per node than the ids draft and target share, is a ValueError naming the argument."""
         self.runner.attach(target)
+        limit = position_limit(target, self.draft)
+        check_within("depth", self.depth, None if limit is None else limit - 1, "the deepest tree the models' "
+                     "positions allow (positions - 1)")
+        if self.mode == "tree":
+            check_within("total_tokens", self.requested_total, limit, "the models' positions")
+        check_within("topk", self.topk, self.runner.vocab.size, "the token ids the draft shares with the target")
 
     def max_tree_size(self) -> int:
         return self.total_tokens
 
+    def _region(self) -> int:
+        return self.depth + 1 + (self.depth - 1) * self.topk  # the catch-up chain, then the frontier layers
+
+    def memory_bytes(self, batch_size: int, capacity: int) -> dict[str, int]:
+        cache, logits = self.runner.memory_bytes(batch_size, capacity, self._region(), self.topk, self.depth - 1)
+        verify = batch_size * self.total_tokens * self.runner.vocab.target * 8  # target logits, sampled q rows
+        if self.mode == "chain":
+            return {"depth": cache + logits + verify}
+        return {"depth": cache, "topk": logits, "total_tokens": verify}
+
     def start(self, state: DecodeState) -> None:
-        self.runner.start(state, region=self.depth + 1 + (self.depth - 1) * self.topk)  # catch-up, then frontiers
+        self.runner.start(state, region=self._region())
 
     def commit(self, acc: Acceptance) -> None:
         self.runner.commit(acc)

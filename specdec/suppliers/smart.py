@@ -32,13 +32,14 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from ..checks import as_int
 from ..cost import CostModel, check_compatible
 from ..ops import Expansion, smart_cost, smart_expand
 from ..profiling import Profile, profile
 from ..state import DecodeState
 from ..tree import TreeBatch
 from ..verify import Acceptance, vocab_size
-from .base import Supplier
+from .base import Supplier, check_within, position_limit
 from .draft import DraftRunner
 
 __all__ = ["SmartSupplier"]
@@ -76,15 +77,14 @@ class SmartSupplier(Supplier):
             raise TypeError(f"cost_model: expected a CostModel or a Profile, got {type(cost_model).__name__}")
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
             raise ValueError(f"alpha: expected a number > 0, got {alpha!r}")
-        for name, value in (("topk", topk), ("frontier", frontier), ("max_depth", max_depth)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
-        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
-            raise ValueError(f"budget: expected None or an int >= 1, got {budget!r}")
+        topk, frontier, max_depth = (as_int(v, name, 1) for v, name in ((topk, "topk"), (frontier, "frontier"),
+                                                                         (max_depth, "max_depth")))
+        if budget is not None:
+            budget = _optional_int(budget, "budget")
         if benefit not in BENEFITS:
             raise ValueError(f"benefit: {benefit!r} is not one of {BENEFITS}")
-        if refit_every is not None and (not isinstance(refit_every, int) or refit_every < 1):
-            raise ValueError(f"refit_every: expected None or an int >= 1, got {refit_every!r}")
+        if refit_every is not None:
+            refit_every = _optional_int(refit_every, "refit_every")
         if topk > vocab_size(draft):
             raise ValueError(f"topk: {topk} exceeds the draft's vocabulary of {vocab_size(draft)}")
         self.runner = DraftRunner(draft, backend)
@@ -95,17 +95,37 @@ class SmartSupplier(Supplier):
         self.refit_every, self.reprofile, self.backend = refit_every, reprofile, backend
         most = 1 + topk + (max_depth - 1) * frontier * topk
         self.budget = most if budget is None else min(budget, most)
+        self.requested_budget = budget
         self._models: dict[int, CostModel] = {}
         # Per step: mean predicted L over rows (a device scalar) and the tree width; bounded, for long runs.
         self.trace: deque[tuple[Tensor, int]] = deque(maxlen=TRACE_STEPS)
 
     def attach(self, target: PreTrainedModel) -> None:
+        """Checks that need the target (bounds: see `DraftSupplier.attach`); without an explicit budget the
+        tree's cap is also held to the models' positions."""
         self.runner.attach(target)
         self._target = target
         check_compatible(self.source, target, self.runner.draft)
+        limit = position_limit(target, self.runner.draft)
+        check_within("max_depth", self.max_depth, None if limit is None else limit - 1, "the deepest tree the "
+                     "models' positions allow (positions - 1)")
+        if self.requested_budget is not None:
+            check_within("budget", self.requested_budget, limit, "the models' positions")
+        elif limit is not None:
+            self.budget = min(self.budget, limit)
+        check_within("topk", self.topk, self.runner.vocab.size, "the token ids the draft shares with the target")
 
     def max_tree_size(self) -> int:
         return self.budget
+
+    def _region(self) -> int:
+        return max(self.max_depth + 1, self.frontier * (self.max_depth - 1))
+
+    def memory_bytes(self, batch_size: int, capacity: int) -> dict[str, int]:
+        cache, logits = self.runner.memory_bytes(batch_size, capacity, self._region(), self.frontier,
+                                                 self.max_depth - 1)
+        verify = batch_size * self.budget * self.runner.vocab.target * 8  # the target's logits over the tree
+        return {"max_depth": cache, "frontier": logits, "budget": verify}
 
     def start(self, state: DecodeState) -> None:
         B = state.batch_size
@@ -121,7 +141,7 @@ class SmartSupplier(Supplier):
         self._base = self.cost_model
         self._cost = self.cost_model.as_tensor(state.root.device)
         self._observed: list[tuple[int, float]] = []
-        self.runner.start(state, region=max(self.max_depth + 1, self.frontier * (self.max_depth - 1)))
+        self.runner.start(state, region=self._region())
 
     def commit(self, acc: Acceptance) -> None:
         self.runner.commit(acc)
@@ -246,3 +266,11 @@ class SmartSupplier(Supplier):
         gain = prob / paths[:, None].float() if self.benefit == "paper" else prob
         ok = (exp.logp != float("-inf")) & (self.alpha * gain / slope > tree_len / value) & (n + 1.0 <= self.budget)
         return (~ok).cumsum(-1) == 0
+
+
+def _optional_int(value: object, name: str) -> int:
+    """A set optional count: an int >= 1 (NumPy integers too); ValueError naming `name` otherwise."""
+    try:
+        return as_int(value, name, 1)
+    except ValueError:
+        raise ValueError(f"{name}: expected None or an int >= 1, got {value!r}") from None
