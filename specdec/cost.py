@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
+from .checks import as_int, is_int
 from .profiling import Profile, finite_list, read_json, require_fields, device_name, model_name
 
 __all__ = ["CostModel", "FORMS", "check_compatible", "plot_fits"]
@@ -174,8 +175,7 @@ class CostModel:
     @classmethod
     def fit(cls, profile: Profile, batch_size: int) -> "CostModel":
         """Fit both forms to `profile` at `batch_size` (the batch-size rule picks the points) and keep the better."""
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r}")
+        batch_size = as_int(batch_size, "batch_size", 1)
         verify, draft, rule = _batch_points(profile, batch_size)
         n = np.array(profile.sizes, dtype=np.float64)
         total = verify + (0.0 if draft is None else draft)
@@ -229,7 +229,9 @@ class CostModel:
                        batch_rule=f"{self.batch_rule}, verify rescaled x{factor:.3g} online")
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps({"format": self.FORMAT, "version": 1, **asdict(self)}, indent=1))
+        from .records import atomic_write_text
+
+        atomic_write_text(path, json.dumps({"format": self.FORMAT, "version": 1, **asdict(self)}, indent=1))
 
     @classmethod
     def load(cls, path: str | Path) -> "CostModel":
@@ -244,6 +246,16 @@ class CostModel:
                 raise ValueError(f"{what}: {name} must be a finite number >= 0, got {v!r}")
         if doc["form"] not in FORMS:
             raise ValueError(f"{what}: form {doc['form']!r} is not one of {FORMS}")
+        for name in ("batch_size", "context_len"):
+            if not is_int(doc[name]) or doc[name] < 1:
+                raise ValueError(f"{what}: {name} must be a positive int, got {doc[name]!r:.80}")
+        for name in ("batch_rule", "device", "dtype", "target"):
+            if not isinstance(doc[name], str):
+                raise ValueError(f"{what}: {name} must be a string, got {doc[name]!r:.80}")
+        if doc["draft"] is not None and not isinstance(doc["draft"], str):
+            raise ValueError(f"{what}: draft must be a string or null, got {doc['draft']!r:.80}")
+        if not isinstance(doc["fits"], dict) or not isinstance(doc["errors"], dict):
+            raise ValueError(f"{what}: fits and errors must be objects")
         sizes = doc["sizes"]
         if not isinstance(sizes, list) or len(sizes) < 3:
             raise ValueError(f"{what}: sizes must list at least 3 tree sizes")

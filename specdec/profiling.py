@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
+from .checks import is_int
+
 if TYPE_CHECKING:
     from .cache import TreeCache
     from .tree import TreeBatch
@@ -70,6 +72,13 @@ def finite_list(values: object, name: str, length: int) -> list[float]:
                for v in values):
         raise ValueError(f"{name}: expected finite positive numbers, got {values!r:.80}")
     return [float(v) for v in values]
+
+
+def positive_ints(values: object, name: str) -> list[int]:
+    """A JSON list of ints >= 1; ValueError naming `name` otherwise."""
+    if not isinstance(values, (list, tuple)) or not values or not all(is_int(v) and v >= 1 for v in values):
+        raise ValueError(f"{name}: expected a non-empty list of positive ints, got {values!r:.80}")
+    return [int(v) for v in values]
 
 
 def require_fields(doc: dict, keys: tuple[str, ...], what: str) -> None:
@@ -132,9 +141,17 @@ class Profile:
     def from_dict(cls, doc: dict, what: str = "profile") -> "Profile":
         require_fields(doc, ("device", "dtype", "target", "draft", "context_len", "batch_sizes", "sizes", "repeats",
                        "verify_seconds", "draft_seconds"), what)
-        sizes = [int(s) for s in finite_list(doc["sizes"], f"{what}: sizes", len(doc["sizes"] or [0]))]
-        batch_sizes = [int(b) for b in finite_list(doc["batch_sizes"], f"{what}: batch_sizes",
-                                                    len(doc["batch_sizes"] or [0]))]
+        sizes, batch_sizes = (positive_ints(doc[name], f"{what}: {name}") for name in ("sizes", "batch_sizes"))
+        for name in ("device", "dtype", "target"):
+            if not isinstance(doc[name], str):
+                raise ValueError(f"{what}: {name} must be a string, got {doc[name]!r:.80}")
+        if doc["draft"] is not None and not isinstance(doc["draft"], str):
+            raise ValueError(f"{what}: draft must be a string or null, got {doc['draft']!r:.80}")
+        if not is_int(doc["repeats"]) or doc["repeats"] < 1:
+            raise ValueError(f"{what}: repeats must be a positive int, got {doc['repeats']!r:.80}")
+        for name in ("spread", "versions"):
+            if not isinstance(doc.get(name) or {}, dict):
+                raise ValueError(f"{what}: {name} must be an object, got {doc[name]!r:.80}")
         if sizes != sorted(set(sizes)) or len(sizes) < 3:
             raise ValueError(f"{what}: sizes must be at least 3 increasing tree sizes, got {sizes}")
         if batch_sizes != sorted(set(batch_sizes)):
@@ -148,7 +165,7 @@ class Profile:
             if not isinstance(rows, (list, tuple)) or len(rows) != len(batch_sizes):
                 raise ValueError(f"{what}: {name} needs one row per batch size ({len(batch_sizes)})")
             tables[name] = tuple(tuple(finite_list(r, f"{what}: {name}", len(sizes))) for r in rows)
-        if not isinstance(doc["context_len"], int) or doc["context_len"] < 1:
+        if not is_int(doc["context_len"]) or doc["context_len"] < 1:
             raise ValueError(f"{what}: context_len must be a positive int, got {doc['context_len']!r}")
         return cls(device=str(doc["device"]), dtype=str(doc["dtype"]), target=str(doc["target"]),
                    draft=None if doc["draft"] is None else str(doc["draft"]), context_len=doc["context_len"],
@@ -241,14 +258,14 @@ def profile(target: PreTrainedModel, draft: PreTrainedModel | None = None, *,
 
     batch_sizes, sizes = tuple(batch_sizes), tuple(sizes)
     for name, values in (("batch_sizes", batch_sizes), ("sizes", sizes)):
-        if not values or any(not isinstance(v, int) or v < 1 for v in values) or list(values) != sorted(set(values)):
+        if not values or any(not is_int(v) or v < 1 for v in values) or list(values) != sorted(set(values)):
             raise ValueError(f"{name}: expected increasing positive ints, got {values!r}")
     if len(sizes) < 3:
         raise ValueError(f"sizes: the fit needs at least 3 tree sizes, got {sizes!r}")
-    if not isinstance(repeats, int) or repeats < 1:
+    if not is_int(repeats) or repeats < 1:
         raise ValueError(f"repeats: expected an int >= 1, got {repeats!r}")
     limit = target.config.get_text_config().max_position_embeddings
-    if not isinstance(context_len, int) or context_len < 1 or context_len + max(sizes) > limit:
+    if not is_int(context_len) or context_len < 1 or context_len + max(sizes) > limit:
         raise ValueError(f"context_len: expected an int >= 1 with context_len + {max(sizes)} <= the model's "
                          f"{limit} positions, got {context_len!r}")
     if draft is not None and draft.device != target.device:
