@@ -295,7 +295,10 @@ def plot_fits(models: list[CostModel], path: str | Path) -> Path:
         ax.set_title(f"batch {m.batch_size}, context {m.context_len}\n{m.device}", fontsize=8)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    from .records import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
     return Path(path)
 

@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import contextlib
 import json
 import os
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from transformers import PreTrainedModel
 
-__all__ = ["atomic_write_text", "cache_dir", "cache_file", "content_key", "source_hash", "weights_identity"]
+__all__ = ["atomic_path", "atomic_write_text", "cache_dir", "cache_file", "content_key", "source_hash",
+           "weights_identity"]
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
 # Values sampled per parameter for an in-memory model's identity: a strided sample covers the whole tensor,
@@ -119,17 +121,23 @@ def cache_file(folder: str, prefix: str, key: str, suffix: str = ".json") -> Pat
     return cache_dir() / folder / f"{prefix}-{key[:16]}{suffix}"
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write `text` to `path` through a unique temporary file in the same folder, then `os.replace`: a
-    reader (or an interrupted writer) sees the old file or the new one, never a part of it."""
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A unique temporary path beside `path` (same suffix, so writers that infer the format from it still
+    do) that replaces `path` when the block ends normally and is removed otherwise: readers, and a run
+    interrupted mid-write, see the old file or the new one, never a part of it."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:12]}.tmp{path.suffix}")
     try:
-        with open(tmp, "x", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        yield tmp
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write `text` to `path` atomically (`atomic_path`), flushed to disk before the switch."""
+    with atomic_path(path) as tmp, open(tmp, "x", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
