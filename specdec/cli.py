@@ -19,7 +19,8 @@ from tqdm import tqdm
 from . import harness
 from .calibration import DEFAULT_WINDOW, Calibration, calibrate
 from .cli_checks import (TREE_COUNTS, check_bench, check_counts, check_device, check_generate, check_output_dir,
-                         check_output_file, flag_message, flag_names, read_prompt_file, scorer_name)
+                         check_output_file, check_profile, flag_message, flag_names, read_prompt_file,
+                         scorer_name)
 from .cost import CostModel, plot_fits
 from .datastore import HEADER, Datastore, orphaned_arrays
 from .generate import SpeculativeGenerator, Stats
@@ -241,8 +242,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     sampling, seed = sampling_options(args)
     prompts = read_prompts(args)
     calibration = Calibration.load(args.valuspec) if args.valuspec is not None else None  # before any model loads
-    if args.profile is not None:
-        Profile.load(args.profile)  # a bad file fails now, not after the models load
+    check_profile(args.profile)  # a bad file fails now, not after the models load
     tokenizer = load_tokenizer(args.target, "--target")
     filtering = args.valuspec is not None or args.fixed_threshold is not None
     check_tokenizers(tokenizer, {"--draft": args.draft, "--scorer": scorer_name(args) if filtering else None})

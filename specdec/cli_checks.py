@@ -19,6 +19,7 @@ from .models import resolve_device
 from .profiling import Profile
 
 __all__ = ["TREE_COUNTS", "check_bench", "check_counts", "check_device", "check_filter_flags", "check_generate",
+           "check_profile",
            "check_output_dir", "check_output_file", "flag_message", "flag_names", "read_prompt_file", "scorer_name"]
 
 
@@ -126,6 +127,15 @@ def _jsonl_prompt(flag: str, path: Path, n: int, line: str) -> str:
 TREE_COUNTS = {"max_new_tokens": 1, "depth": 1, "topk": 1, "total_tokens": 2}
 
 
+def check_profile(path: Path | None) -> None:
+    """--profile read and validated now, so a bad file fails before the models load."""
+    if path is not None:
+        try:
+            Profile.load(path)
+        except ValueError as err:
+            raise ValueError(f"--profile: {str(err).removeprefix('profile: ')}") from None
+
+
 def check_device(args: argparse.Namespace) -> None:
     """--device before anything loads: a CUDA device this torch cannot reach is one line, not a traceback."""
     if not getattr(args, "tensor_parallel", False):
@@ -169,8 +179,7 @@ def check_bench(args: argparse.Namespace) -> str | None:
     check_device(args)
     for variant in args.smart_variants:
         harness.smart_variant(variant)
-    if args.profile is not None:
-        Profile.load(args.profile)
+    check_profile(args.profile)
     draft = args.draft or ("demo-draft" if args.target == "demo-target" else None)
     if args.valuspec_methods and draft is None:
         raise ValueError("--valuspec-methods: ValuSpec scores with the draft; give --draft")

@@ -179,7 +179,9 @@ class Datastore:
                   "sha256": {TOKENS: _sha256(tokens), SUFFIXES: _sha256(suffixes)}}
         atomic_write_text(out / HEADER, json.dumps(header, indent=1))  # the switch
         _remove_stale(out, generation)
-        return cls.open(out, verify=False)  # hashed just now, from these very arrays
+        store = cls.open(out, verify=False)
+        store._verified = True  # hashed just now, from these very arrays
+        return store
 
     # ------------------------------------------------------------------ opening
     @classmethod

@@ -176,8 +176,8 @@ class DraftSupplier(Supplier):
         children per node than the ids draft and target share, is a ValueError naming the argument."""
         self.runner.attach(target)
         limit = position_limit(target, self.draft)
-        check_within("depth", self.depth, None if limit is None else limit - 1, "the deepest tree the models' "
-                     "positions allow (positions - 1)")
+        check_within("depth", self.depth, None if limit is None else limit - 1,
+                     f"the depth the models' {limit} positions allow")
         if self.mode == "tree":
             check_within("total_tokens", self.requested_total, limit, "the models' positions")
         check_within("topk", self.topk, self.runner.vocab.size, "the token ids the draft shares with the target")

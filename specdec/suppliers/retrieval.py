@@ -85,7 +85,7 @@ class RetrievalSupplier(Supplier):
         limit = position_limit(target)
         check_within("budget", self.budget, limit, "the target's positions")
         check_within("continuation", self.continuation, None if limit is None else limit - 1,
-                     "the deepest tree the target's positions allow (positions - 1)")
+                     f"the depth the target's {limit} positions allow")
         self._vocab = vocab_size(target)
 
     def max_tree_size(self) -> int:

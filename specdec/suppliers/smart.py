@@ -107,8 +107,8 @@ class SmartSupplier(Supplier):
         self._target = target
         check_compatible(self.source, target, self.runner.draft)
         limit = position_limit(target, self.runner.draft)
-        check_within("max_depth", self.max_depth, None if limit is None else limit - 1, "the deepest tree the "
-                     "models' positions allow (positions - 1)")
+        check_within("max_depth", self.max_depth, None if limit is None else limit - 1,
+                     f"the depth the models' {limit} positions allow")
         if self.requested_budget is not None:
             check_within("budget", self.requested_budget, limit, "the models' positions")
         elif limit is not None:
