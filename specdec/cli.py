@@ -12,20 +12,21 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 from tqdm import tqdm
 
 from . import harness
 from .calibration import DEFAULT_WINDOW, Calibration, calibrate
-from .cli_checks import (TREE_COUNTS, check_bench, check_counts, check_device, check_generate, check_output_dir,
-                         check_output_file, check_profile, flag_message, flag_names, read_prompt_file,
-                         scorer_name)
+from .cli_checks import (TREE_COUNTS, check_bench, check_counts, check_device, check_filter_flags, check_generate,
+                         check_output_dir, check_output_file, check_profile, flag_message, flag_names,
+                         read_prompt_file, scorer_name)
 from .cost import CostModel, plot_fits
 from .datastore import HEADER, Datastore, orphaned_arrays
 from .generate import SpeculativeGenerator, Stats
 from .harness import METHODS, PROMPT_SETS
-from .models import DTYPES, load_model, load_tokenizer, one_line, resolve_device
+from .models import DTYPES, load_model, load_tokenizer, one_line
 from .profiling import DEFAULT_SIZES, Profile, profile
 from .evaluation import check_tokenizers, evaluate, load_datastore, print_table, sampling_options, smart_profile
 from .records import atomic_write_text
@@ -138,8 +139,16 @@ def add_datastore_parser(sub: argparse._SubParsersAction) -> None:
     info.add_argument("dir", type=Path)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's own errors (a missing or malformed flag) as one line and status 2, like specdec's; the
+    usage stays one `--help` away. Subcommand parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"specdec: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specdec", description="Tree-based speculative decoding for HF models.")
+    parser = OneLineParser(prog="specdec", description="Tree-based speculative decoding for HF models.")
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="generate text with a speculative method; prints text and stats")
     gen.add_argument("--target", required=True, help=MODEL_HELP)
@@ -242,6 +251,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     sampling, seed = sampling_options(args)
     prompts = read_prompts(args)
     calibration = Calibration.load(args.valuspec) if args.valuspec is not None else None  # before any model loads
+    check_filter_flags(args)
     check_profile(args.profile)  # a bad file fails now, not after the models load
     tokenizer = load_tokenizer(args.target, "--target")
     filtering = args.valuspec is not None or args.fixed_threshold is not None

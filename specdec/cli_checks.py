@@ -19,8 +19,8 @@ from .models import resolve_device
 from .profiling import Profile
 
 __all__ = ["TREE_COUNTS", "check_bench", "check_counts", "check_device", "check_filter_flags", "check_generate",
-           "check_profile",
-           "check_output_dir", "check_output_file", "flag_message", "flag_names", "read_prompt_file", "scorer_name"]
+           "check_output_dir", "check_output_file", "check_profile", "flag_message", "flag_names", "read_prompt_file",
+           "scorer_name"]
 
 
 def flag_names(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
@@ -168,7 +168,6 @@ def check_generate(args: argparse.Namespace) -> None:
     check_device(args)
     if args.method in harness.DRAFT_METHODS and not args.draft:
         raise ValueError(f"--draft: method {args.method!r} needs a draft model")
-    check_filter_flags(args)
 
 
 def check_bench(args: argparse.Namespace) -> str | None:

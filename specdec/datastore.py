@@ -395,9 +395,10 @@ def _read_header(path: Path) -> dict:
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise ValueError(f"path: {file} is not a {FORMAT} header")
     if header.get("version") == 1:
+        sources = ", ".join(map(str, header.get("sources") or []))
         raise ValueError(f"path: {path} was written by an older specdec (datastore format 1, without checksums); "
                          f"rebuild it: specdec datastore build --tokenizer {header.get('tokenizer') or 'TOKENIZER'} "
-                         f"--out {path} SOURCES... (it was built from {', '.join(map(str, header.get('sources') or []))})")
+                         f"--out {path} SOURCES... (it was built from {sources})")
     if header.get("version") != VERSION:
         raise ValueError(f"path: {file} has format version {header.get('version')!r}; this specdec reads {VERSION}")
     missing = {"num_tokens", "vocab_size", "vocab_hash", "tokenizer", "documents", "sources", "generation",
@@ -456,11 +457,11 @@ def _remove_stale(out: Path, keep: str) -> None:
         name = entry.name
         if name == keep:
             continue
-        if entry.is_dir() and (GENERATION.fullmatch(name) or (name.startswith(".gen-") and name.endswith(".tmp"))):
+        staging = name.startswith(".gen-") and name.endswith(".tmp")
+        if entry.is_dir() and (GENERATION.fullmatch(name) or staging):
             shutil.rmtree(entry, ignore_errors=True)
-        elif entry.is_file() and (name in (TOKENS, SUFFIXES) or (name.startswith(f".{HEADER}.") and name.endswith(".tmp"))
-                                  or name in (f".{TOKENS}.tmp", f".{SUFFIXES}.tmp", f".{HEADER}.tmp")):
-            entry.unlink(missing_ok=True)
+        elif entry.is_file() and (name in (TOKENS, SUFFIXES) or (name.startswith(".") and ".tmp" in name)):
+            entry.unlink(missing_ok=True)  # format-1 arrays; temporary files of ours (never the lock)
 
 
 def orphaned_arrays(path: PathLike) -> bool:

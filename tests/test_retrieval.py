@@ -456,7 +456,7 @@ def test_cli_datastore_build_info_generate_and_bench(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["datastore", "info", "{tmp}"], "path: {tmp} holds no datastore"),
     (["datastore", "build", "--tokenizer", "/no/such/tokenizer", "--out", "{tmp}/s", "{tmp}"],
-     "--tokenizer: cannot load"),
+     "--tokenizer: no checkpoint at /no/such/tokenizer"),
     (["datastore", "build", "--tokenizer", "demo-target", "--out", "{tmp}/s", "{tmp}/missing"],
      "sources: no such file or folder"),
     (["generate", "--target", str(pair_path("target")), "--method", "retrieval", "--prompt", "x"],

@@ -14,7 +14,6 @@ import json
 import shutil
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -176,16 +175,27 @@ def pair():
 
 
 @pytest.mark.parametrize("make, match", [
-    (lambda d: specdec.DraftSupplier(d, mode="chain", depth=300), r"depth: 300 exceeds the depth the models' 256 positions allow \(255\)"),
+    (lambda d: specdec.DraftSupplier(d, mode="chain", depth=300),
+     r"depth: 300 exceeds the depth the models' 256 positions allow \(255\)"),
     (lambda d: specdec.DraftSupplier(d, mode="tree", depth=4, topk=3, total_tokens=100_000),
      r"total_tokens: 100000 exceeds the models' positions \(256\)"),
     (lambda d: specdec.SmartSupplier(d, fixed_cost(**MODERATE), max_depth=400), "max_depth: 400 exceeds"),
     (lambda d: specdec.SmartSupplier(d, fixed_cost(**MODERATE), budget=1000), "budget: 1000 exceeds"),
+    (lambda d: specdec.PromptLookupSupplier(num_pred=300), "num_pred: 300 exceeds"),
+    (lambda d: specdec.PromptLookupSupplier(num_pred=100, max_matches=4), "max_matches: 4 continuations of num_pred"),
 ])
 def test_trees_are_bounded_by_positions(pair, make, match):
     target, draft = pair
     with pytest.raises(ValueError, match=match):
         specdec.SpeculativeGenerator(target, make(draft))
+
+
+def test_retrieval_trees_are_bounded_by_positions(pair, tmp_path):
+    store = Datastore.build(None, [np.arange(30) % 9], tmp_path, vocab_size=9, progress=False)
+    for kwargs, match in ((dict(budget=300), r"budget: 300 exceeds the target's positions \(256\)"),
+                          (dict(continuation=256), "continuation: 256 exceeds")):
+        with pytest.raises(ValueError, match=match):
+            specdec.SpeculativeGenerator(pair[0], specdec.RetrievalSupplier(store, **kwargs))
 
 
 def test_memory_estimate_names_the_argument_before_allocating(pair, monkeypatch):
@@ -203,8 +213,8 @@ def test_memory_estimate_names_the_argument_before_allocating(pair, monkeypatch)
 def files(saved, tmp_path):  # noqa: F811
     """Bad inputs on disk: prompt files, a truncated checkpoint, an empty folder, profiles."""
     root = saved[0]
-    texts = {"list.jsonl": "[1, 2]\n", "turns5.jsonl": '{"turns": 5}\n', "turnstr.jsonl": '{"turns": "Write a haiku"}\n',
-             "empty.txt": "", "blank.txt": "\n   \n", "ok.txt": "w3 w4\n"}
+    texts = {"list.jsonl": "[1, 2]\n", "turns5.jsonl": '{"turns": 5}\n', "empty.txt": "", "blank.txt": "\n   \n",
+             "turnstr.jsonl": '{"turns": "Write a haiku"}\n', "ok.txt": "w3 w4\n"}
     for name, text in texts.items():
         (tmp_path / name).write_text(text)
     shutil.copytree(root / "target", tmp_path / "truncated")
@@ -250,6 +260,17 @@ def test_generate_bad_input_is_one_line(files, capsys, monkeypatch, extra, prefi
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a hub id not cached here fails at once, network or not
     fill = lambda s: str(s).format(tmp=tmp, root=root)  # noqa: E731
     assert_one_line_error(capsys, generate_args(root, *map(fill, extra)), fill(prefix))
+
+
+@pytest.mark.parametrize("argv, prefix", [
+    (["generate", "--depth", "x"], "argument --depth: invalid int value: 'x' (see specdec generate --help)"),
+    (["profile", "--out", "p.json"], "the following arguments are required: --target (see specdec profile --help)"),
+])
+def test_malformed_flags_are_one_line_too(capsys, argv, prefix):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    lines = capsys.readouterr().err.strip().split("\n")
+    assert exit_.value.code == 2 and lines == [f"specdec: error: {prefix}"]
 
 
 def test_a_draft_with_another_tokenizer_is_refused(saved, tmp_path, capsys):  # noqa: F811
@@ -329,7 +350,8 @@ def test_generate_arguments(ar_generator, kwargs, error, match):
     (torch.ones(2, 4, dtype=torch.int64), torch.tensor([-1, 0]), ValueError, r"start: pad counts must lie in \[0, 4\]"),
     (torch.ones(2, 4, dtype=torch.int64), torch.tensor([5, 0]), ValueError, r"start: pad counts must lie in \[0, 4\]"),
     (torch.ones(2, 4, dtype=torch.int64), torch.tensor([0.0, 1.0]), ValueError, r"start: expected a \[2\] int64"),
-    (torch.ones(4, dtype=torch.int64), torch.zeros(2, dtype=torch.int64), ValueError, r"input_ids: expected a \[2, P\]"),
+    (torch.ones(4, dtype=torch.int64), torch.zeros(2, dtype=torch.int64), ValueError,
+     r"input_ids: expected a \[2, P\]"),
     (torch.full((2, 4), 500), torch.tensor([0, 2]), ValueError, r"input_ids: token ids outside .* \[0, 96\)"),
 ])
 def test_prefill_arguments(pair, ids, start, error, match):

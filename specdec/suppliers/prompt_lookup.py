@@ -12,10 +12,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
+from transformers import PreTrainedModel
 
+from ..checks import as_int
 from ..state import DecodeState
 from ..tree import TreeBatch
-from .base import Supplier
+from ..verify import vocab_size
+from .base import Supplier, check_within, position_limit
 from .trie import prefix_trie
 
 __all__ = ["PromptLookupSupplier"]
@@ -23,17 +26,28 @@ __all__ = ["PromptLookupSupplier"]
 
 class PromptLookupSupplier(Supplier):
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_pred: int = 10, max_matches: int = 4):
-        for name, value in (("max_ngram", max_ngram), ("min_ngram", min_ngram), ("num_pred", num_pred),
-                            ("max_matches", max_matches)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+        max_ngram, min_ngram, num_pred, max_matches = (as_int(value, name, 1) for name, value in (
+            ("max_ngram", max_ngram), ("min_ngram", min_ngram), ("num_pred", num_pred), ("max_matches", max_matches)))
         if min_ngram > max_ngram:
             raise ValueError(f"min_ngram: {min_ngram} exceeds max_ngram {max_ngram}")
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.num_pred, self.max_matches = num_pred, max_matches
 
+    def attach(self, target: PreTrainedModel) -> None:
+        """Bounds: a tree no deeper and no larger than the target's positions allow."""
+        limit = position_limit(target)
+        check_within("num_pred", self.num_pred, None if limit is None else limit - 1,
+                     f"the depth the target's {limit} positions allow")
+        if limit is not None and self.max_tree_size() > limit:
+            raise ValueError(f"max_matches: {self.max_matches} continuations of num_pred {self.num_pred} tokens make "
+                             f"trees of up to {self.max_tree_size()} nodes, more than the target's {limit} positions")
+        self._vocab = vocab_size(target)
+
     def max_tree_size(self) -> int:
         return 1 + self.num_pred * self.max_matches
+
+    def memory_bytes(self, batch_size: int, capacity: int) -> dict[str, int]:
+        return {"num_pred": batch_size * self.max_tree_size() * self._vocab * 8}  # the target's logits over the tree
 
     def propose(self, state: DecodeState) -> TreeBatch:
         cont = self._continuations(state.history, state.host_start, state.history_len)  # [B, M, K]
