@@ -4,9 +4,10 @@ For each prompt set (HumanEval; Spec-Bench, all of it or by category as ``spec_b
   1. split its prompts 70% calibration / 30% evaluation (a seeded shuffle);
   2. decode the calibration prompts greedily with the target (AR, untimed);
   3. calibrate from those outputs (`specdec.calibrate(outputs=...)`): tau_d for every branch length d up
-     to 32, at --delta and at every delta a configuration names (NAME@DELTA); the paper's single tau of a
-     supplier is tau at its branch length (the window rule: the retrieval continuation 10, the static
-     tree's depth, SMART's max depth 12);
+     to 32, at --delta (default 0.01, calibrate's), at the paper's 0.05 for its configuration, and at
+     every delta a configuration names (NAME@DELTA); the paper's single tau of a supplier is tau at its
+     branch length (the window rule: the retrieval continuation 10, the static tree's depth, SMART's max
+     depth 12);
   4. datastore = the standard library store + the target's responses on the calibration split
      (a copy of the cached stdlib store, then `Datastore.extend`);
   5. on the evaluation prompts, at each batch size, one run per method, ratios from this one process:
@@ -47,7 +48,7 @@ import torch
 from tqdm import tqdm
 
 from specdec import harness
-from specdec.calibration import DEFAULT_WINDOW, Calibration, calibrate
+from specdec.calibration import DEFAULT_DELTA, DEFAULT_WINDOW, Calibration, calibrate
 from specdec.evaluation import AUTO_PROFILE
 from specdec.datastore import Datastore, stdlib_datastore
 from specdec.models import DTYPES, load_model, load_tokenizer
@@ -68,7 +69,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8])
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=1, help="timed runs per batch, the fastest counts (best of N)")
-    p.add_argument("--delta", type=float, default=0.05)
+    p.add_argument("--delta", type=float, default=DEFAULT_DELTA, help="calibration delta of the configurations "
+                   f"without @DELTA (default {DEFAULT_DELTA}), except paper: {PAPER_DELTA}")
     p.add_argument("--thresholds", type=float, nargs="+", default=[0.3, 0.5, 0.8], help="fixed-threshold baseline")
     p.add_argument("--budget", type=int, default=64, help="retrieval tree size, root included")
     p.add_argument("--depth", type=int, default=4)
@@ -91,8 +93,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         name, _, delta = config.partition("@")
         if name not in CONFIGS and (delta or name not in ("fixed", "transfer")):
             p.error(f"--configs: unknown configuration {config!r}")
-        if delta and not 0 < float(delta) < 1:
-            p.error(f"--configs: delta of {config!r} must lie in (0, 1)")
+        try:
+            if delta and not 0 < float(delta) < 1:
+                raise ValueError
+        except ValueError:
+            p.error(f"--configs: the delta of {config!r} must be a number in (0, 1)")
     if args.smoke:
         args.num_prompts, args.max_new_tokens, args.batch_sizes = 5, 12, [1, 2]
         args.stdlib_files, args.thresholds, args.budget = 100, [0.5], 16
@@ -126,7 +131,7 @@ def prepare(args, name: str, tokenizer, target, scorer) -> dict:
                                     max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.pad_token_id,
                                     eos_token_id=tokenizer.eos_token_id, method="ar", prompt_set=name)
     outputs = [trim(o, tokenizer) for o in outputs]
-    deltas = {args.delta} | {float(c.partition("@")[2]) for c in args.configs if "@" in c}
+    deltas = {args.delta} | {config_delta(args, c) for c in args.configs if c.partition("@")[0] in CONFIGS}
     calibrations = {d: calibrate(target, scorer, cal, max_new_tokens=args.max_new_tokens,
                                  window=min(DEFAULT_WINDOW, args.max_new_tokens), delta=d, outputs=outputs)
                     for d in sorted(deltas)}
@@ -145,10 +150,17 @@ def trim(tokens: list[int], tokenizer) -> list[int]:
     return tokens[: tokens.index(eos) + 1] if eos in tokens else tokens
 
 
-# ValuSpec configurations: (unit, thresholds by length). "paper" is the paper's rule.
+# ValuSpec configurations: (unit, thresholds by length). "paper" is the paper's rule, at the paper's delta.
 CONFIGS = {"paper": ("branch", False), "branch": ("branch", True), "prefix-single": ("prefix", False),
            "prefix": ("prefix", True)}
+PAPER_DELTA = 0.05
 AUTO_SMART_DEPTH = 12  # SmartSupplier's default max_depth: its branches' length bound
+
+
+def config_delta(args, config: str) -> float:
+    """The calibration delta of a configuration: its @DELTA, else the paper's for "paper", else --delta."""
+    name, _, delta = config.partition("@")
+    return float(delta) if delta else PAPER_DELTA if name == "paper" else args.delta
 
 
 def filters(args, scorer, calibrations: dict[float, Calibration], length: int) -> list[tuple[str, object]]:
@@ -156,10 +168,10 @@ def filters(args, scorer, calibrations: dict[float, Calibration], length: int) -
     `length`, the supplier's branch length (the paper's window rule)."""
     out = []
     for config in args.configs:
-        name, _, delta = config.partition("@")
+        name = config.partition("@")[0]
         if name not in CONFIGS:
             continue
-        cal = calibrations[float(delta) if delta else args.delta]
+        cal = calibrations[config_delta(args, config)]
         single = replace(cal, window=min(length, len(cal.taus)))
         unit, by_length = CONFIGS[name]
         out.append((f"+valuspec-{config}", lambda audit=False, unit=unit, by_length=by_length, c=single: ValuSpecFilter(

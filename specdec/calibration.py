@@ -38,9 +38,13 @@ from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["Calibration", "calibrate", "cached_calibration", "token_logprobs", "thresholds_by_length", "threshold",
-           "DEFAULT_WINDOW", "MAX_LENGTH"]
+           "DEFAULT_DELTA", "DEFAULT_WINDOW", "MAX_LENGTH"]
 
 DEFAULT_WINDOW = 10  # RetrievalSupplier's continuation length: the paper's single tau
+# delta 0.01, not the paper's 0.05: with the default filter (prefix unit, tau by length) 0.05 left 9.1% and 6.6%
+# of retrieval trees empty on HumanEval and Spec-Bench, 0.01 3.5% and 3.3%, false discards <= 0.9%
+# (bench/results/2026-12-01-cpu-valuspec-lengths/)
+DEFAULT_DELTA = 0.01
 MAX_LENGTH = 32  # lengths calibrated by default; built-in suppliers' branches are at most 12 tokens (SMART)
 FORMAT = "specdec-valuspec-calibration"
 VERSION = 2
@@ -229,7 +233,7 @@ def _token_lists(prompts: Iterable[str | list[int] | Tensor],
 @torch.no_grad()
 def calibrate(target: PreTrainedModel, scorer: PreTrainedModel, prompts: Iterable[str | list[int] | Tensor], *,
               tokenizer: PreTrainedTokenizerBase | None = None, max_new_tokens: int = 128, window: int | None = None,
-              max_length: int | None = None, delta: float = 0.05, eos_token_id: int | list[int] | None = None,
+              max_length: int | None = None, delta: float = DEFAULT_DELTA, eos_token_id: int | list[int] | None = None,
               progress: bool = False, outputs: list[list[int]] | None = None) -> Calibration:
     """Thresholds by branch length for `ValuSpecFilter` from the target's greedy outputs on `prompts`.
 

@@ -15,7 +15,7 @@ import torch
 from tqdm import tqdm
 
 from . import harness
-from .calibration import DEFAULT_WINDOW, MAX_LENGTH, Calibration, calibrate
+from .calibration import DEFAULT_DELTA, DEFAULT_WINDOW, MAX_LENGTH, Calibration, calibrate
 from .cost import CostModel, plot_fits
 from .datastore import HEADER, Datastore
 from .generate import SpeculativeGenerator, Stats
@@ -94,7 +94,8 @@ def add_calibrate_parser(sub: argparse._SubParsersAction) -> None:
                      f"default {DEFAULT_WINDOW}, retrieval's continuation)")
     cal.add_argument("--max-length", type=int, default=None, help=f"calibrate a tau for every branch length up to this "
                      f"(default: min(--max-new-tokens, {MAX_LENGTH}))")
-    cal.add_argument("--delta", type=float, default=0.05, help="tau = the delta-quantile of the window scores")
+    cal.add_argument("--delta", type=float, default=DEFAULT_DELTA, help="tau_d = the delta-quantile of the scores of "
+                     f"d-token windows (default {DEFAULT_DELTA}; the paper's is 0.05)")
     cal.add_argument("--chat", action="store_true", help="wrap prompts in the tokenizer's chat template")
     cal.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     cal.add_argument("--device", default="auto")

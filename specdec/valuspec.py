@@ -59,7 +59,7 @@ __all__ = ["BranchScorer", "ValuSpecFilter", "FixedThresholdFilter", "ScoringGat
 # Counters kept on the device during decoding (no sync per step), in FilterStats field order.
 _COUNTERS = ("rows", "supplier_empty", "filter_emptied", "branches", "branches_kept", "nodes", "nodes_kept",
              "accepted", "audited", "false_discards", "tokens_lost")
-_AUDIT = _COUNTERS.index("audited")
+_ACCEPTED, _AUDIT = _COUNTERS.index("accepted"), _COUNTERS.index("audited")
 
 # The defaults, chosen from bench/results/2026-12-01-cpu-valuspec-lengths/ (README, ValuSpec section).
 DEFAULT_UNIT = "prefix"
@@ -302,7 +302,7 @@ class ValuSpecFilter(TreeFilter):
         if self._auditor is not None:
             self._auditor.commit(acc)
         # finished rows were verified as their root alone: they accept nothing
-        self._counts[_COUNTERS.index("accepted")] += acc.num_accepted.sum()
+        self._counts[_ACCEPTED] += acc.num_accepted.sum()
 
     def filter(self, tree: TreeBatch, state: DecodeState) -> TreeBatch:
         plan = self.gate.plan(tree, state) if self.gate is not None else StepPlan()
@@ -327,7 +327,7 @@ class ValuSpecFilter(TreeFilter):
         step = torch.stack([active.sum(), (~had & active).sum(), (had & ~kept_any).sum(),
                             (leaf.sum(1) * active).sum(), ((leaf & keep).sum(1) * active).sum(),
                             (cand.sum(1) * active).sum(), ((cand & keep).sum(1) * active).sum()])
-        self._counts[:7] += step
+        self._counts[:_ACCEPTED] += step
 
     def _count_audit(self, tree: TreeBatch, keep: Tensor, active: Tensor) -> None:
         """Verify the unfiltered tree with the target's second cache; a false discard is a row whose
