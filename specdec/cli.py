@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from . import harness
-from .calibration import DEFAULT_WINDOW, Calibration, calibrate
+from .calibration import DEFAULT_DELTA, DEFAULT_WINDOW, MAX_LENGTH, Calibration, calibrate
 from .cli_checks import (TREE_COUNTS, check_bench, check_counts, check_device, check_filter_flags, check_generate,
                          check_output_dir, check_output_file, check_profile, flag_message, flag_names,
                          read_prompt_file, scorer_name)
@@ -30,7 +30,7 @@ from .models import DTYPES, load_model, load_tokenizer, one_line
 from .profiling import DEFAULT_SIZES, Profile, profile
 from .evaluation import check_tokenizers, evaluate, load_datastore, print_table, sampling_options, smart_profile
 from .records import atomic_write_text
-from .valuspec import FixedThresholdFilter, ValuSpecFilter
+from .valuspec import DEFAULT_UNIT, FixedThresholdFilter, ValuSpecFilter
 
 
 MODEL_HELP = "a local path, a hub id, demo-target / demo-draft (the embedded pair) or smollm2"
@@ -82,8 +82,11 @@ def add_valuspec_options(parser: argparse.ArgumentParser) -> None:
                         "target; " + MODEL_HELP)
     parser.add_argument("--audit", action="store_true", help="also verify unfiltered trees to count false discards "
                         "(one more target forward per step)")
-    parser.add_argument("--valuspec-unit", choices=("branch", "prefix"), default="branch", help="keep whole branches "
-                        "scoring >= tau (the paper) or every node whose own path does, with its ancestors")
+    parser.add_argument("--valuspec-unit", choices=("branch", "prefix"), default=None, help="keep whole branches "
+                        "scoring >= tau (the paper) or every node whose own path does, with its ancestors (default: "
+                        f"{DEFAULT_UNIT} with --valuspec, branch with --fixed-threshold)")
+    parser.add_argument("--single-tau", action="store_true", help="judge every branch by the calibration's one tau "
+                        "(the paper's rule) instead of the tau of its length")
 
 
 def add_calibrate_parser(sub: argparse._SubParsersAction) -> None:
@@ -94,9 +97,12 @@ def add_calibrate_parser(sub: argparse._SubParsersAction) -> None:
                      "per line, or .jsonl with 'prompt' or Spec-Bench 'turns')")
     cal.add_argument("--num-prompts", type=int, help="the first N prompts (default: all)")
     cal.add_argument("--max-new-tokens", type=int, default=128)
-    cal.add_argument("--window", type=int, default=None, help=f"branch length to calibrate for (default "
-                     f"{DEFAULT_WINDOW}, retrieval's continuation; a draft tree's depth for draft suppliers)")
-    cal.add_argument("--delta", type=float, default=0.05, help="tau = the delta-quantile of the window scores")
+    cal.add_argument("--window", type=int, default=None, help=f"branch length of the single tau (--single-tau; "
+                     f"default {DEFAULT_WINDOW}, retrieval's continuation)")
+    cal.add_argument("--max-length", type=int, default=None, help=f"calibrate a tau for every branch length up to this "
+                     f"(default: min(--max-new-tokens, {MAX_LENGTH}))")
+    cal.add_argument("--delta", type=float, default=DEFAULT_DELTA, help="tau_d = the delta-quantile of the scores of "
+                     f"d-token windows (default {DEFAULT_DELTA}; the paper's is 0.05)")
     cal.add_argument("--chat", action="store_true", help="wrap prompts in the tokenizer's chat template")
     cal.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     cal.add_argument("--device", default="auto")
@@ -234,12 +240,13 @@ def make_filter(args: argparse.Namespace, calibration: Calibration | None, targe
     scorer = draft if draft is not None and name == args.draft else load_model(name, dtype=args.dtype,
                                                                                  device=str(target.device),
                                                                                  what="--scorer")
+    unit = {"unit": args.valuspec_unit} if args.valuspec_unit else {}  # else the filter's own default
     if calibration is None:
-        return FixedThresholdFilter(scorer, args.fixed_threshold, audit=args.audit, unit=args.valuspec_unit)
+        return FixedThresholdFilter(scorer, args.fixed_threshold, audit=args.audit, **unit)
     if calibration.target != target.config._name_or_path or calibration.scorer != scorer.config._name_or_path:
         print(f"specdec: warning: {args.valuspec} was calibrated for {calibration.target} scored by "
               f"{calibration.scorer}", file=sys.stderr)
-    return ValuSpecFilter(scorer, calibration, audit=args.audit, unit=args.valuspec_unit)
+    return ValuSpecFilter(scorer, calibration, audit=args.audit, length_aware=not args.single_tau, **unit)
 
 
 def read_prompts(args: argparse.Namespace) -> list[str]:
@@ -325,12 +332,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     check_tokenizers(tokenizer, {"--scorer": args.scorer})
     target = load_model(args.target, dtype=args.dtype, device=args.device, what="--target")
     scorer = load_model(args.scorer, dtype=args.dtype, device=str(target.device), what="--scorer")
+    # encoded here, not by calibrate(tokenizer=...): --chat wraps them, and those too long for the target's
+    # positions are left out rather than refused
     prompts = harness.fit(harness.encode(tokenizer, texts, args.chat), target, args.max_new_tokens)
-    cal = calibrate(target, scorer, prompts, max_new_tokens=args.max_new_tokens, window=args.window, delta=args.delta,
-                    eos_token_id=tokenizer.eos_token_id, progress=not args.quiet)
+    cal = calibrate(target, scorer, prompts, tokenizer=tokenizer, max_new_tokens=args.max_new_tokens,
+                    window=args.window, max_length=args.max_length, delta=args.delta, progress=not args.quiet)
     cal.save(args.out)
-    print(f"wrote {args.out}: tau {cal.tau:.4f} (mean log-prob per token, probability {math.exp(cal.tau):.3f}), "
-          f"the {cal.delta:g}-quantile of {cal.num_windows} windows of {cal.window} tokens from {cal.num_prompts} prompts")
+    taus = ", ".join(f"{t:.2f}" for t in cal.taus)
+    print(f"wrote {args.out}: tau by branch length 1..{len(cal.taus)}: {taus} (mean log-prob per token; the "
+          f"{cal.delta:g}-quantile of {cal.num_windows[0]} to {cal.num_windows[-1]} windows from {cal.num_prompts} "
+          f"prompts); the single tau (length {cal.window}): {cal.tau:.4f}, probability {math.exp(cal.tau):.3f}")
     return 0
 
 

@@ -154,7 +154,7 @@ def check_filter_flags(args: argparse.Namespace) -> None:
             raise ValueError("--scorer: ValuSpec needs a scorer model sharing the target's tokenizer (or a --draft)")
         return
     for flag, set_ in (("--audit", args.audit), ("--scorer", args.scorer is not None),
-                       ("--valuspec-unit", args.valuspec_unit != "branch")):
+                       ("--valuspec-unit", args.valuspec_unit is not None), ("--single-tau", args.single_tau)):
         if set_:
             raise ValueError(f"{flag}: has no effect without --valuspec or --fixed-threshold")
 

@@ -29,7 +29,10 @@ class FilterStats:
     row-steps, so parts add up (`merge`). Branches are root-to-leaf paths of the supplier's tree, nodes its
     non-root nodes. An *empty* tree is one the supplier proposed with candidates and the filter cut to the
     root; an *AR fallback* is any row-step verified as the root alone (supplier-empty or filter-emptied).
-    Audit counts exist only when the filter also verified the unfiltered tree."""
+    `accepted` counts the candidates the target accepted (bonus tokens excluded), so `acceptance_rate` is
+    the share of the retained candidates that were accepted. A row-step a gate left unscored keeps its
+    whole tree (it counts as kept). Audit counts exist only when the filter also verified the unfiltered
+    tree."""
 
     rows: int = 0
     supplier_empty: int = 0
@@ -38,6 +41,8 @@ class FilterStats:
     branches_kept: int = 0
     nodes: int = 0
     nodes_kept: int = 0
+    accepted: int = 0  # retained candidates the target accepted
+    unscored: int = 0  # row-steps sent unfiltered because a gate skipped scoring
     audited: int = 0  # row-steps whose unfiltered tree was verified too
     false_discards: int = 0  # audited row-steps where a discarded branch would have been accepted further
     tokens_lost: int = 0  # accepted tokens the discards cost, summed over audited row-steps
@@ -53,6 +58,8 @@ class FilterStats:
                 "node_keep_rate": ratio(self.nodes_kept, self.nodes),
                 "empty_tree_rate": ratio(self.filter_emptied, with_candidates),
                 "ar_fallback_rate": ratio(self.supplier_empty + self.filter_emptied, self.rows),
+                "acceptance_rate": ratio(self.accepted, self.nodes_kept),
+                "unscored_rate": ratio(self.unscored, self.rows),
                 "false_discard_rate": ratio(self.false_discards, self.audited)}
 
 
@@ -114,6 +121,12 @@ class Stats:
     def tokens_per_second(self) -> float:
         return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
 
+    @property
+    def filter_share(self) -> float:
+        """The filter stage's share of the steps' time (prefill excluded): for ValuSpec, what scoring costs."""
+        steps = sum(v for k, v in self.stage_seconds.items() if k != "prefill")
+        return self.stage_seconds["filter"] / steps if steps > 0 else 0.0
+
     def record(self, accepted: np.ndarray, tree_size: int, new_tokens: int, **stage_seconds: float) -> None:
         """One step: tokens emitted per active row (bonus included), nodes per row sent, tokens kept."""
         self.steps += 1
@@ -144,7 +157,8 @@ class Stats:
                 "mean_tree_size": self.mean_tree_size, "accepted_histogram": self.accepted_histogram,
                 "stage_seconds": dict(self.stage_seconds), "seconds": self.seconds,
                 "tokens_per_second": self.tokens_per_second,
-                **({"filter": self.filter.to_dict()} if self.filter is not None else {})}
+                **({"filter": {**self.filter.to_dict(), "filter_share": self.filter_share}}
+                   if self.filter is not None else {})}
 
 
 @dataclass(frozen=True)

@@ -161,7 +161,7 @@ class MethodResult:
     predicted_accepted_length: float | None = None  # SMART: the cost model's expectation, beside the measured
     predicted_speedup: float | None = None
     filter: dict | None = None  # the filter's FilterStats.to_dict() (ValuSpec runs)
-    filter_share: float | None = None  # the filter stage's share of generate time (ValuSpec: the scorer's)
+    filter_share: float | None = None  # the filter stage's share of step time (ValuSpec: the scorer's)
     repeats: int = 1  # timed runs per batch; the fastest counts
 
     def identity_note(self) -> str:
@@ -234,7 +234,7 @@ def run_method(target: PreTrainedModel, supplier: Supplier, prompts: list[list[i
                           total.mean_tree_size, total.accepted_histogram, repeats=repeats)
     if total.filter is not None:
         result.filter = total.filter.to_dict()
-        result.filter_share = total.stage_seconds["filter"] / total.seconds if total.seconds else None
+        result.filter_share = total.filter_share
     return result, outputs
 
 
