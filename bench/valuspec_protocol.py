@@ -3,21 +3,27 @@
 For each prompt set (HumanEval; Spec-Bench, all of it or by category as ``spec_bench:<category>``):
   1. split its prompts 70% calibration / 30% evaluation (a seeded shuffle);
   2. decode the calibration prompts greedily with the target (AR, untimed);
-  3. calibrate tau from those outputs (`specdec.calibrate(outputs=...)`), once per branch length: the
-     retrieval continuation (10), the static tree's depth and SMART's max depth (the window rule);
+  3. calibrate from those outputs (`specdec.calibrate(outputs=...)`): tau_d for every branch length d up
+     to 32, at --delta (default 0.01, calibrate's), at the paper's 0.05 for its configuration, and at
+     every delta a configuration names (NAME@DELTA); the paper's single tau of a supplier is tau at its
+     branch length (the window rule: the retrieval continuation 10, the static tree's depth, SMART's max
+     depth 12);
   4. datastore = the standard library store + the target's responses on the calibration split
      (a copy of the cached stdlib store, then `Datastore.extend`);
   5. on the evaluation prompts, at each batch size, one run per method, ratios from this one process:
-     AR; retrieval; retrieval + ValuSpec (the paper's whole-branch rule, and our prefix unit);
-     retrieval + fixed thresholds; draft tree and SMART with and
-     without ValuSpec; and, across sets, retrieval + ValuSpec with tau calibrated on every other set
-     (cross-dataset transfer). Then, untimed, the ValuSpec runs once more at batch 1 in audit mode
-     (false discards: the audit adds a target forward per step, so it never shares a timed run).
+     AR; each supplier (retrieval, draft tree, SMART) alone and through ValuSpec in each configuration of
+     `--configs`: paper (whole branches, single tau), branch (whole branches, tau by length), prefix-single
+     (prefix unit, single tau), prefix (prefix unit, tau by length); retrieval + fixed thresholds
+     (`fixed`) and retrieval + ValuSpec calibrated on every other set (`transfer`, cross-dataset). Then,
+     untimed, every filtered run once more in audit mode at each of `--audit-batch-sizes` (false
+     discards: the audit adds a target forward per step, so it never shares a timed run).
 
 Reported per run: tokens/s, speedup vs AR, mean accepted length (bonus included), verified tree size,
-identity with AR, the filter's stats (branches/nodes kept, empty-tree and AR-fallback rates, false
-discards from the audit) and the filter stage's share of generate time (the scorer's cost).
-Writes OUT/results.csv and OUT/results.json with the environment (device, versions, commit, settings).
+identity with AR, the filter's stats (branches/nodes kept, empty-tree and AR-fallback rates, acceptance
+rate of the retained candidates, false discards from the audit) and the filter stage's share of step time
+(the scorer's cost). Writes OUT/results.csv and OUT/results.json with the environment (device, versions,
+commit, settings, calibrations), and OUT/summary.csv: one row per set, method and batch size with the
+timed run's speed beside its audit's false-discard rate.
 
     python bench/valuspec_protocol.py                      # the full protocol (see --help for the sizes)
     python bench/valuspec_protocol.py --smoke --out /tmp/vs # tiny settings: the pipeline end to end
@@ -34,7 +40,7 @@ import random
 import shutil
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from importlib import resources
 from pathlib import Path
 
@@ -42,7 +48,7 @@ import torch
 from tqdm import tqdm
 
 from specdec import harness
-from specdec.calibration import DEFAULT_WINDOW, calibrate
+from specdec.calibration import DEFAULT_DELTA, DEFAULT_WINDOW, Calibration, calibrate
 from specdec.evaluation import AUTO_PROFILE
 from specdec.datastore import Datastore, stdlib_datastore
 from specdec.models import DTYPES, load_model, load_tokenizer
@@ -63,13 +69,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8])
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=1, help="timed runs per batch, the fastest counts (best of N)")
-    p.add_argument("--delta", type=float, default=0.05)
+    p.add_argument("--delta", type=float, default=DEFAULT_DELTA, help="calibration delta of the configurations "
+                   f"without @DELTA (default {DEFAULT_DELTA}), except paper: {PAPER_DELTA}")
     p.add_argument("--thresholds", type=float, nargs="+", default=[0.3, 0.5, 0.8], help="fixed-threshold baseline")
     p.add_argument("--budget", type=int, default=64, help="retrieval tree size, root included")
     p.add_argument("--depth", type=int, default=4)
     p.add_argument("--topk", type=int, default=2)
     p.add_argument("--total-tokens", type=int, default=10)
     p.add_argument("--no-draft-methods", action="store_true", help="skip the tree and SMART runs")
+    p.add_argument("--configs", nargs="+", default=list(CONFIGS) + ["fixed", "transfer"],
+                   help=f"filter configurations to run: {', '.join(CONFIGS)} (each also as NAME@DELTA, calibrated "
+                   "at that delta instead of --delta), fixed, transfer")
+    p.add_argument("--audit-batch-sizes", type=int, nargs="*", default=[1], help="batch sizes of the untimed audits")
     p.add_argument("--stdlib-files", type=int, default=None, help="first N stdlib files in the store (default all)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     p.add_argument("--device", default="auto")
@@ -78,9 +89,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "and 2, 100 stdlib files, one threshold")
     p.add_argument("--out", type=Path, default=None, help="default bench/results/<date>-valuspec")
     args = p.parse_args(argv)
+    for config in args.configs:
+        name, _, delta = config.partition("@")
+        if name not in CONFIGS and (delta or name not in ("fixed", "transfer")):
+            p.error(f"--configs: unknown configuration {config!r}")
+        try:
+            if delta and not 0 < float(delta) < 1:
+                raise ValueError
+        except ValueError:
+            p.error(f"--configs: the delta of {config!r} must be a number in (0, 1)")
     if args.smoke:
         args.num_prompts, args.max_new_tokens, args.batch_sizes = 5, 12, [1, 2]
         args.stdlib_files, args.thresholds, args.budget = 100, [0.5], 16
+        args.audit_batch_sizes = [1]
     args.out = args.out or Path("bench/results") / f"{time.strftime('%Y-%m-%d')}-valuspec"
     return args
 
@@ -97,8 +118,8 @@ def load_set(name: str, count: int) -> list[str]:
     return prompts[:count]
 
 
-def prepare(args, name: str, tokenizer, target, scorer, windows: set[int]) -> dict:
-    """Split, decode the calibration split, calibrate per window, and build the set's datastore."""
+def prepare(args, name: str, tokenizer, target, scorer) -> dict:
+    """Split, decode the calibration split, calibrate (every length), and build the set's datastore."""
     tokens = harness.fit(harness.encode(tokenizer, load_set(name, args.num_prompts), False), target,
                          args.max_new_tokens)
     random.Random(args.seed).shuffle(tokens)
@@ -110,14 +131,17 @@ def prepare(args, name: str, tokenizer, target, scorer, windows: set[int]) -> di
                                     max_new_tokens=args.max_new_tokens, pad_token_id=tokenizer.pad_token_id,
                                     eos_token_id=tokenizer.eos_token_id, method="ar", prompt_set=name)
     outputs = [trim(o, tokenizer) for o in outputs]
-    calibrations = {w: calibrate(target, scorer, cal, max_new_tokens=args.max_new_tokens, window=w, delta=args.delta,
-                                 outputs=outputs) for w in sorted(windows)}
+    deltas = {args.delta} | {config_delta(args, c) for c in args.configs if c.partition("@")[0] in CONFIGS}
+    calibrations = {d: calibrate(target, scorer, cal, max_new_tokens=args.max_new_tokens,
+                                 window=min(DEFAULT_WINDOW, args.max_new_tokens), delta=d, outputs=outputs)
+                    for d in sorted(deltas)}
     base = stdlib_datastore(tokenizer, max_files=args.stdlib_files)
     path = args.out / "datastores" / name.replace(":", "-")
     shutil.rmtree(path, ignore_errors=True)
     shutil.copytree(base.path, path)
     store = Datastore.open(path, tokenizer=tokenizer).extend(tokenizer, texts=[tokenizer.decode(o) for o in outputs])
-    return {"eval": ev, "calibrations": calibrations, "store": store, "num_calibration": len(cal)}
+    return {"eval": ev, "calibrations": calibrations, "calibration": calibrations[args.delta], "store": store,
+            "num_calibration": len(cal)}
 
 
 def trim(tokens: list[int], tokenizer) -> list[int]:
@@ -126,31 +150,56 @@ def trim(tokens: list[int], tokenizer) -> list[int]:
     return tokens[: tokens.index(eos) + 1] if eos in tokens else tokens
 
 
+# ValuSpec configurations: (unit, thresholds by length). "paper" is the paper's rule, at the paper's delta.
+CONFIGS = {"paper": ("branch", False), "branch": ("branch", True), "prefix-single": ("prefix", False),
+           "prefix": ("prefix", True)}
+PAPER_DELTA = 0.05
+AUTO_SMART_DEPTH = 12  # SmartSupplier's default max_depth: its branches' length bound
+
+
+def config_delta(args, config: str) -> float:
+    """The calibration delta of a configuration: its @DELTA, else the paper's for "paper", else --delta."""
+    name, _, delta = config.partition("@")
+    return float(delta) if delta else PAPER_DELTA if name == "paper" else args.delta
+
+
+def filters(args, scorer, calibrations: dict[float, Calibration], length: int) -> list[tuple[str, object]]:
+    """(suffix, filter factory) per ValuSpec configuration in --configs; the single tau is tau at
+    `length`, the supplier's branch length (the paper's window rule)."""
+    out = []
+    for config in args.configs:
+        name = config.partition("@")[0]
+        if name not in CONFIGS:
+            continue
+        cal = calibrations[config_delta(args, config)]
+        single = replace(cal, window=min(length, len(cal.taus)))
+        unit, by_length = CONFIGS[name]
+        out.append((f"+valuspec-{config}", lambda audit=False, unit=unit, by_length=by_length, c=single: ValuSpecFilter(
+            scorer, c, unit=unit, length_aware=by_length, audit=audit)))
+    return out
+
+
 def runs_for(args, name: str, sets: dict, draft, scorer, cost) -> list[tuple[str, str, object, object]]:
     """(label, calibrated_on, supplier factory, filter factory) of one prompt set's runs."""
-    own = sets[name]
-    cal = lambda s, w: s["calibrations"][min(w, args.max_new_tokens)]  # noqa: E731  (windows fit the outputs)
-    retr = lambda: harness.make_supplier("retrieval", None, datastore=own["store"], budget=args.budget)  # noqa: E731
-    vs = lambda c, unit="branch": (lambda audit=False: ValuSpecFilter(scorer, c, audit=audit, unit=unit))  # noqa: E731
-    runs = [("ar", "", lambda: harness.make_supplier("ar", None), None),
-            ("retrieval", "", retr, None),
-            ("retrieval+valuspec", name, retr, vs(cal(own, DEFAULT_WINDOW))),
-            ("retrieval+valuspec-prefix", name, retr, vs(cal(own, DEFAULT_WINDOW), "prefix"))]
-    runs += [(f"retrieval+fixed-{p:g}", "", retr, (lambda p=p: lambda audit=False: FixedThresholdFilter(
-        scorer, p, audit=audit))()) for p in args.thresholds]
-    runs += [(f"retrieval+valuspec[{other}]", other, retr, vs(cal(sets[other], DEFAULT_WINDOW)))
-             for other in sets if other != name]
+    own = sets[name]["calibrations"]
+    store = sets[name]["store"]
+    retr = lambda: harness.make_supplier("retrieval", None, datastore=store, budget=args.budget)  # noqa: E731
+    suppliers = [("retrieval", retr, DEFAULT_WINDOW)]
     if draft is not None:
-        tree = lambda: harness.make_supplier("tree", draft, depth=args.depth, topk=args.topk,  # noqa: E731
-                                             total_tokens=args.total_tokens)
-        smart = lambda: harness.make_supplier("smart", draft, cost=cost)  # noqa: E731
-        runs += [("tree", "", tree, None), ("tree+valuspec", name, tree, vs(cal(own, args.depth))),
-                 ("smart", "", smart, None),
-                 ("smart+valuspec", name, smart, vs(cal(own, AUTO_SMART_DEPTH)))]
+        suppliers += [("tree", lambda: harness.make_supplier("tree", draft, depth=args.depth, topk=args.topk,
+                                                             total_tokens=args.total_tokens), args.depth),
+                      ("smart", lambda: harness.make_supplier("smart", draft, cost=cost), AUTO_SMART_DEPTH)]
+    runs = [("ar", "", lambda: harness.make_supplier("ar", None), None)]
+    for label, supplier, length in suppliers:
+        runs.append((label, "", supplier, None))
+        runs += [(label + suffix, name, supplier, filt) for suffix, filt in filters(args, scorer, own, length)]
+    if "fixed" in args.configs:
+        runs += [(f"retrieval+fixed-{p:g}", "", retr, (lambda p=p: lambda audit=False: FixedThresholdFilter(
+            scorer, p, audit=audit))()) for p in args.thresholds]
+    if "transfer" in args.configs:
+        runs += [(f"retrieval+valuspec[{other}]", other, retr, (lambda c=sets[other]["calibration"]: lambda audit=False:
+                  ValuSpecFilter(scorer, c, audit=audit))()) for other in sets if other != name]
     return runs
-
-
-AUTO_SMART_DEPTH = 12  # SmartSupplier's default max_depth: its branches' length bound
 
 
 def measure(args, name: str, sets: dict, target, tokenizer, draft, scorer, cost) -> list[dict]:
@@ -171,12 +220,13 @@ def measure(args, name: str, sets: dict, target, tokenizer, draft, scorer, cost)
             outputs[(label, name, bs)] = out
             rows.append({"calibrated_on": cal_on, "audit": False, "result": result})
         harness.compare_to_ar(results, outputs)
-    for label, cal_on, supplier, filt in runs:
-        if filt is not None:  # untimed: the audit verifies the unfiltered tree too
-            result, _ = harness.run_method(target, supplier(), prompts, batch_size=1, method=label,
-                                           max_new_tokens=args.max_new_tokens, eos_token_id=tokenizer.eos_token_id,
-                                           filter=filt(audit=True), **common)
-            rows.append({"calibrated_on": cal_on, "audit": True, "result": result})
+    for bs in args.audit_batch_sizes:
+        for label, cal_on, supplier, filt in runs:
+            if filt is not None:  # untimed: the audit verifies the unfiltered tree too
+                result, _ = harness.run_method(target, supplier(), prompts, batch_size=bs, method=label,
+                                               max_new_tokens=args.max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+                                               filter=filt(audit=True), **common)
+                rows.append({"calibrated_on": cal_on, "audit": True, "result": result})
     return rows
 
 
@@ -189,6 +239,26 @@ def flatten(row: dict) -> dict:
     return out
 
 
+def summarize(flat: list[dict]) -> list[dict]:
+    """One row per set, method and timed batch size: speed, accepted length, the filter's stats, and the
+    false-discard rate of the audit at the same batch size (or, when none ran there, at batch 1)."""
+    audits = {(r["prompt_set"], r["method"], r["batch_size"]): r for r in flat if r["audit_run"]}
+    out = []
+    for r in (r for r in flat if not r["audit_run"]):
+        key = (r["prompt_set"], r["method"])
+        audit = audits.get(key + (r["batch_size"],)) or audits.get(key + (1,))
+        out.append({"prompt_set": r["prompt_set"], "method": r["method"], "batch_size": r["batch_size"],
+                    "speedup_vs_ar": r["speedup_vs_ar"], "tokens_per_second": r["tokens_per_second"],
+                    "mean_accepted_length": r["mean_accepted_length"], "mean_tree_size": r["mean_tree_size"],
+                    "identical_to_ar": r["identical_to_ar"],
+                    **{k: r.get(f"filter_{k}") for k in ("branch_keep_rate", "node_keep_rate", "empty_tree_rate",
+                                                         "ar_fallback_rate", "acceptance_rate")},
+                    "filter_share": r.get("filter_share"),
+                    "false_discard_rate": audit["filter_false_discard_rate"] if audit else None,
+                    "audit_batch_size": audit["batch_size"] if audit else None})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -197,17 +267,15 @@ def main(argv: list[str] | None = None) -> int:
     draft = None if args.no_draft_methods else load_model(args.draft, dtype=args.dtype, device=str(target.device))
     scorer = load_model(args.scorer, dtype=args.dtype, device=str(target.device)) if args.scorer else (
         draft if draft is not None else load_model(args.draft, dtype=args.dtype, device=str(target.device)))
-    windows = {DEFAULT_WINDOW} | (set() if draft is None else {args.depth, AUTO_SMART_DEPTH})
-    windows = {min(w, args.max_new_tokens) for w in windows}
     cost = None if draft is None else cached_profile(target, draft, batch_sizes=tuple(args.batch_sizes), **AUTO_PROFILE)
     with torch.inference_mode():
-        sets = {name: prepare(args, name, tokenizer, target, scorer, windows) for name in args.prompt_sets}
+        sets = {name: prepare(args, name, tokenizer, target, scorer) for name in args.prompt_sets}
         rows = [row for name in args.prompt_sets
                 for row in measure(args, name, sets, target, tokenizer, draft, scorer, cost)]
     env = {**harness.environment(), "target": args.target, "draft": None if draft is None else args.draft,
            "scorer": args.scorer or args.draft, "settings": {k: str(v) if isinstance(v, Path) else v
                                                             for k, v in vars(args).items()},
-           "calibrations": {name: {w: asdict(c) for w, c in s["calibrations"].items()} for name, s in sets.items()},
+           "calibrations": {name: {d: asdict(c) for d, c in s["calibrations"].items()} for name, s in sets.items()},
            "datastores": {name: s["store"].info() for name, s in sets.items()},
            "split": {name: {"calibration": s["num_calibration"], "evaluation": len(s["eval"])} for name, s in sets.items()}}
     flat = [flatten(r) for r in rows]
@@ -217,12 +285,14 @@ def main(argv: list[str] | None = None) -> int:
         writer = csv.DictWriter(f, fieldnames=fields + ["device", "commit", "dtype"])
         writer.writeheader()
         writer.writerows({**r, "device": env["device"], "commit": env["commit"], "dtype": args.dtype} for r in flat)
-    for r in flat:
-        if not r["audit_run"]:
-            print(f"{r['prompt_set']:<22}{r['method']:<34}b={r['batch_size']:<3}{r['speedup_vs_ar'] or 0:>6.2f}x "
-                  f"acc {r['mean_accepted_length']:.2f} tree {r['mean_tree_size']:.1f} "
-                  f"kept {r.get('filter_branch_keep_rate', 1.0):.0%} identical {r['identical_to_ar']}")
-    print(f"wrote {args.out / 'results.csv'} and results.json")
+    summary = summarize(flat)
+    with open(args.out / "summary.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(summary[0]))
+        writer.writeheader()
+        writer.writerows(summary)
+    for r in summary:
+        print(" ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in r.values()))
+    print(f"wrote {args.out}/results.csv, results.json and summary.csv")
     return 0 if all(r["identical_to_ar"] for r in flat if not r["audit_run"]) else 1
 
 

@@ -20,6 +20,8 @@ decoding, unpadded batches) a forward writes its K/V with one slice copy per lay
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -28,7 +30,7 @@ from transformers.cache_utils import CacheLayerMixin
 
 from .parallel import attention_heads
 
-__all__ = ["TreeCache"]
+__all__ = ["TreeCache", "free_memory"]
 
 
 class _TreeCacheLayer(CacheLayerMixin):
@@ -101,6 +103,13 @@ class TreeCache(Cache):
         _, kv_heads, head_dim = attention_heads(model)
         return cls(model.config.get_text_config().num_hidden_layers, batch_size, kv_heads, head_dim, capacity,
                    dtype=model.dtype, device=model.device)
+
+    @staticmethod
+    def slot_bytes(model: PreTrainedModel) -> int:
+        """Bytes one slot of one row takes in the cache `for_model` allocates (keys and values, every layer)."""
+        _, kv_heads, head_dim = attention_heads(model)
+        layers = model.config.get_text_config().num_hidden_layers
+        return 2 * layers * kv_heads * head_dim * model.dtype.itemsize
 
     @property
     def batch_size(self) -> int:
@@ -211,3 +220,23 @@ class TreeCache(Cache):
     def positions(self) -> Tensor:
         """[B] int64: RoPE position of the next token of each row, ``length - start``."""
         return self.length - self.start
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes that can still be allocated on `device`: the GPU's free memory, or the host's available memory
+    (Linux's MemAvailable); None when unknown (then no memory check is made)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass  # not Linux: sysconf below, or unknown
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None

@@ -7,23 +7,30 @@ import csv
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 from tqdm import tqdm
 
 from . import harness
-from .calibration import DEFAULT_WINDOW, Calibration, calibrate
+from .calibration import DEFAULT_DELTA, DEFAULT_WINDOW, MAX_LENGTH, Calibration, calibrate
+from .cli_checks import (TREE_COUNTS, check_bench, check_counts, check_device, check_filter_flags, check_generate,
+                         check_output_dir, check_output_file, check_profile, flag_message, flag_names,
+                         read_prompt_file, scorer_name)
 from .cost import CostModel, plot_fits
-from .datastore import HEADER, Datastore
+from .datastore import HEADER, Datastore, orphaned_arrays
 from .generate import SpeculativeGenerator, Stats
 from .harness import METHODS, PROMPT_SETS
-from .models import DTYPES, load_model, load_tokenizer
+from .models import DTYPES, load_model, load_tokenizer, one_line
 from .profiling import DEFAULT_SIZES, Profile, profile
-from .evaluation import evaluate, load_datastore, print_table, sampling_options, smart_profile
-from .valuspec import FixedThresholdFilter, ValuSpecFilter
+from .evaluation import check_tokenizers, evaluate, load_datastore, print_table, sampling_options, smart_profile
+from .records import atomic_write_text
+from .valuspec import DEFAULT_UNIT, FixedThresholdFilter, ValuSpecFilter
 
 
 MODEL_HELP = "a local path, a hub id, demo-target / demo-draft (the embedded pair) or smollm2"
@@ -48,10 +55,12 @@ def add_smart_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", type=Path, help="cost profile of this pair (method smart; `specdec profile`); "
                         "default: profile it here, once, cached")
     parser.add_argument("--alpha", type=float, default=0.8, help="SMART's aggressiveness (smart)")
-    parser.add_argument("--benefit", choices=("paper", "expected"), default="paper", help="SMART's benefit rule")
+    parser.add_argument("--benefit", choices=("paper", "expected"), default=None,
+                        help="SMART's benefit rule (default: SmartSupplier's, expected)")
     parser.add_argument("--frontier", type=int, default=8, help="nodes forwarded per layer and row (smart)")
     parser.add_argument("--max-depth", type=int, default=12, help="most layers of a SMART tree")
-    parser.add_argument("--padding-aware", action="store_true", help="SMART's padding-aware marginal cost (batches)")
+    parser.add_argument("--padding-aware", action=argparse.BooleanOptionalAction, default=None,
+                        help="SMART's padding-aware marginal cost for batches (default: on)")
     parser.add_argument("--no-planner", action="store_true", help="SMART drafts every step (no plain steps planned)")
 
 
@@ -75,8 +84,11 @@ def add_valuspec_options(parser: argparse.ArgumentParser) -> None:
                         "target; " + MODEL_HELP)
     parser.add_argument("--audit", action="store_true", help="also verify unfiltered trees to count false discards "
                         "(one more target forward per step)")
-    parser.add_argument("--valuspec-unit", choices=("branch", "prefix"), default="branch", help="keep whole branches "
-                        "scoring >= tau (the paper) or every node whose own path does, with its ancestors")
+    parser.add_argument("--valuspec-unit", choices=("branch", "prefix"), default=None, help="keep whole branches "
+                        "scoring >= tau (the paper) or every node whose own path does, with its ancestors (default: "
+                        f"{DEFAULT_UNIT} with --valuspec, branch with --fixed-threshold)")
+    parser.add_argument("--single-tau", action="store_true", help="judge every branch by the calibration's one tau "
+                        "(the paper's rule) instead of the tau of its length")
 
 
 def add_calibrate_parser(sub: argparse._SubParsersAction) -> None:
@@ -87,9 +99,12 @@ def add_calibrate_parser(sub: argparse._SubParsersAction) -> None:
                      "per line, or .jsonl with 'prompt' or Spec-Bench 'turns')")
     cal.add_argument("--num-prompts", type=int, help="the first N prompts (default: all)")
     cal.add_argument("--max-new-tokens", type=int, default=128)
-    cal.add_argument("--window", type=int, default=None, help=f"branch length to calibrate for (default "
-                     f"{DEFAULT_WINDOW}, retrieval's continuation; a draft tree's depth for draft suppliers)")
-    cal.add_argument("--delta", type=float, default=0.05, help="tau = the delta-quantile of the window scores")
+    cal.add_argument("--window", type=int, default=None, help=f"branch length of the single tau (--single-tau; "
+                     f"default {DEFAULT_WINDOW}, retrieval's continuation)")
+    cal.add_argument("--max-length", type=int, default=None, help=f"calibrate a tau for every branch length up to this "
+                     f"(default: min(--max-new-tokens, {MAX_LENGTH}))")
+    cal.add_argument("--delta", type=float, default=DEFAULT_DELTA, help="tau_d = the delta-quantile of the scores of "
+                     f"d-token windows (default {DEFAULT_DELTA}; the paper's is 0.05)")
     cal.add_argument("--chat", action="store_true", help="wrap prompts in the tokenizer's chat template")
     cal.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     cal.add_argument("--device", default="auto")
@@ -132,8 +147,16 @@ def add_datastore_parser(sub: argparse._SubParsersAction) -> None:
     info.add_argument("dir", type=Path)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's own errors (a missing or malformed flag) as one line and status 2, like specdec's; the
+    usage stays one `--help` away. Subcommand parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"specdec: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specdec", description="Tree-based speculative decoding for HF models.")
+    parser = OneLineParser(prog="specdec", description="Tree-based speculative decoding for HF models.")
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="generate text with a speculative method; prints text and stats")
     gen.add_argument("--target", required=True, help=MODEL_HELP)
@@ -210,70 +233,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def tokenizer_or_error(name: str):
-    try:
-        return load_tokenizer(name)
-    except (OSError, ValueError) as err:  # transformers: OSError for an unknown hub id; ours: a missing path
-        raise ValueError(f"--tokenizer: cannot load {name!r}: {str(err).splitlines()[0]}") from err
-
-
 def make_filter(args: argparse.Namespace, calibration: Calibration | None, target, draft) -> ValuSpecFilter | None:
     """The filter of --valuspec (its loaded `calibration`) or --fixed-threshold (None without either); the
     scorer is --scorer, else the draft itself (the same model object, so a draft supplier's log-probs are
     reused), else demo-draft with the demo target."""
     if calibration is None and args.fixed_threshold is None:
         return None
-    name = args.scorer or args.draft or ("demo-draft" if args.target == "demo-target" else None)
-    if name is None:
-        raise ValueError("--scorer: ValuSpec needs a scorer model sharing the target's tokenizer (or a --draft)")
+    name = scorer_name(args)
     scorer = draft if draft is not None and name == args.draft else load_model(name, dtype=args.dtype,
-                                                                                 device=str(target.device))
+                                                                                 device=str(target.device),
+                                                                                 what="--scorer")
+    unit = {"unit": args.valuspec_unit} if args.valuspec_unit else {}  # else the filter's own default
     if calibration is None:
-        return FixedThresholdFilter(scorer, args.fixed_threshold, audit=args.audit, unit=args.valuspec_unit)
+        return FixedThresholdFilter(scorer, args.fixed_threshold, audit=args.audit, **unit)
     if calibration.target != target.config._name_or_path or calibration.scorer != scorer.config._name_or_path:
         print(f"specdec: warning: {args.valuspec} was calibrated for {calibration.target} scored by "
               f"{calibration.scorer}", file=sys.stderr)
-    return ValuSpecFilter(scorer, calibration, audit=args.audit, unit=args.valuspec_unit)
+    return ValuSpecFilter(scorer, calibration, audit=args.audit, length_aware=not args.single_tau, **unit)
 
 
 def read_prompts(args: argparse.Namespace) -> list[str]:
-    if args.prompt:
-        return list(args.prompt)
-    if not args.prompts_file.is_file():
-        raise ValueError(f"--prompts-file: no file at {args.prompts_file}")
-    text = args.prompts_file.read_text(encoding="utf-8")
-    if args.prompts_file.suffix != ".jsonl":
-        return [line for line in text.splitlines() if line.strip()]
-    prompts = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            record = json.loads(line)
-            prompt = record.get("prompt") or (record.get("turns") or [None])[0]
-            if not isinstance(prompt, str):
-                raise ValueError(f"--prompts-file: line {n} has no 'prompt' or 'turns' string")
-            prompts.append(prompt)
-    return prompts
+    return list(args.prompt) if args.prompt else read_prompt_file("--prompts-file", args.prompts_file)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    if args.max_new_tokens <= 0:
-        raise ValueError(f"--max-new-tokens: expected > 0, got {args.max_new_tokens}")
-    if args.batch_size <= 0:
-        raise ValueError(f"--batch-size: expected > 0, got {args.batch_size}")
+    check_generate(args)
     sampling, seed = sampling_options(args)
     prompts = read_prompts(args)
     calibration = Calibration.load(args.valuspec) if args.valuspec is not None else None  # before any model loads
-    tokenizer = load_tokenizer(args.target)
+    check_filter_flags(args)
+    check_profile(args.profile)  # a bad file fails now, not after the models load
+    tokenizer = load_tokenizer(args.target, "--target")
+    filtering = args.valuspec is not None or args.fixed_threshold is not None
+    check_tokenizers(tokenizer, {"--draft": args.draft, "--scorer": scorer_name(args) if filtering else None})
     # the datastore before the models: a wrong one fails in milliseconds
     datastore = (load_datastore(args.datastore, tokenizer, args.target)
                  if args.method in harness.RETRIEVAL_METHODS else None)
-    target = load_model(args.target, dtype=args.dtype, device=args.device, tensor_parallel=args.tensor_parallel)
-    draft = load_model(args.draft, dtype=args.dtype, device=str(target.device)) if args.draft else None
+    target = load_model(args.target, dtype=args.dtype, device=args.device, tensor_parallel=args.tensor_parallel,
+                        what="--target")
+    draft = load_model(args.draft, dtype=args.dtype, device=str(target.device), what="--draft") if args.draft else None
     cost = (smart_profile(args.profile, target, draft, [args.batch_size])
             if (args.method == "smart" and draft) or args.method in ("retrieval-smart", "prompt-lookup-smart") else None)
     smart = {"alpha": args.alpha, "budget": args.budget, "benefit": args.benefit, "topk": args.topk,
              "frontier": args.frontier, "max_depth": args.max_depth, "padding_aware": args.padding_aware,
              "planner": not args.no_planner}
+    smart = {k: v for k, v in smart.items() if v is not None or k == "budget"}  # unset: the supplier's defaults
     supplier = harness.make_supplier(args.method, draft, depth=args.depth, topk=args.topk,
                                      total_tokens=args.total_tokens, datastore=datastore,
                                      budget=64 if args.budget is None else args.budget, cost=cost, smart=smart)
@@ -315,27 +319,40 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    if args.num_prompts is not None and args.num_prompts < 1:
-        raise ValueError(f"--num-prompts: expected >= 1, got {args.num_prompts}")
+    check_counts(args, {"num_prompts": 1, "max_new_tokens": 1, "window": 1})
+    if not 0 < args.delta < 1:
+        raise ValueError(f"--delta: expected a number in (0, 1), got {args.delta}")
+    if args.window is not None and args.window > args.max_new_tokens:
+        raise ValueError(f"--window: {args.window} tokens exceeds --max-new-tokens {args.max_new_tokens}")
+    check_output_file("--out", args.out)
+    check_device(args)
     if args.prompts in PROMPT_SETS:
         texts = harness.load_prompts(args.prompts, args.num_prompts)
     elif not Path(args.prompts).is_file():
         raise ValueError(f"--prompts: {args.prompts!r} is neither a prompt set ({', '.join(PROMPT_SETS)}) nor a file")
     else:
-        texts = read_prompts(argparse.Namespace(prompt=None, prompts_file=Path(args.prompts)))[:args.num_prompts]
-    tokenizer = load_tokenizer(args.target)
-    target = load_model(args.target, dtype=args.dtype, device=args.device)
-    scorer = load_model(args.scorer, dtype=args.dtype, device=str(target.device))
+        texts = read_prompt_file("--prompts", Path(args.prompts))[:args.num_prompts]
+    tokenizer = load_tokenizer(args.target, "--target")
+    check_tokenizers(tokenizer, {"--scorer": args.scorer})
+    target = load_model(args.target, dtype=args.dtype, device=args.device, what="--target")
+    scorer = load_model(args.scorer, dtype=args.dtype, device=str(target.device), what="--scorer")
+    # encoded here, not by calibrate(tokenizer=...): --chat wraps them, and those too long for the target's
+    # positions are left out rather than refused
     prompts = harness.fit(harness.encode(tokenizer, texts, args.chat), target, args.max_new_tokens)
-    cal = calibrate(target, scorer, prompts, max_new_tokens=args.max_new_tokens, window=args.window, delta=args.delta,
-                    eos_token_id=tokenizer.eos_token_id, progress=not args.quiet)
+    cal = calibrate(target, scorer, prompts, tokenizer=tokenizer, max_new_tokens=args.max_new_tokens,
+                    window=args.window, max_length=args.max_length, delta=args.delta, progress=not args.quiet)
     cal.save(args.out)
-    print(f"wrote {args.out}: tau {cal.tau:.4f} (mean log-prob per token, probability {math.exp(cal.tau):.3f}), "
-          f"the {cal.delta:g}-quantile of {cal.num_windows} windows of {cal.window} tokens from {cal.num_prompts} prompts")
+    taus = ", ".join(f"{t:.2f}" for t in cal.taus)
+    print(f"wrote {args.out}: tau by branch length 1..{len(cal.taus)}: {taus} (mean log-prob per token; the "
+          f"{cal.delta:g}-quantile of {cal.num_windows[0]} to {cal.num_windows[-1]} windows from {cal.num_prompts} "
+          f"prompts); the single tau (length {cal.window}): {cal.tau:.4f}, probability {math.exp(cal.tau):.3f}")
     return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    check_counts(args, {**TREE_COUNTS, "prompts": 1, "budget": 1})
+    check_output_dir("--out", args.out)
+    check_device(args)
     if args.quick:
         args.prompts, args.max_new_tokens = 2, 16
     # Static tree vs SMART at batch 1 and 4 (AR beside them for the speedups); the other methods at batch 1.
@@ -351,27 +368,38 @@ def cmd_demo(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     doc = {"environment": env, "results": [r.row() for r in results],
            "all_identical": all(r.identical_to_ar for r in results) if args.temperature == 0 else None}
-    (args.out / "demo.json").write_text(json.dumps(doc, indent=1))
-    plots = harness.plot_results(results, args.out, f"specdec demo pair on {env['device']}")
-    plots[0].replace(args.out / "demo.png")
+    with tempfile.TemporaryDirectory(prefix=".demo-plots-", dir=args.out) as tmp:  # gone if interrupted
+        plots = harness.plot_results(results, Path(tmp), f"specdec demo pair on {env['device']}")
+        os.replace(plots[0], args.out / "demo.png")
+    atomic_write_text(args.out / "demo.json", json.dumps(doc, indent=1))
     print(f"wrote {args.out / 'demo.json'} and {args.out / 'demo.png'}")
     return 0 if doc["all_identical"] is not False else 1  # None: sampled, draws are not compared with AR
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    draft = args.draft or ("demo-draft" if args.target == "demo-target" else None)
+    draft = check_bench(args)
     if args.valuspec_methods:
-        if draft is None:
-            raise ValueError("--valuspec-methods: ValuSpec scores with the draft; give --draft")
-        if args.calibration_size < 1:
-            raise ValueError(f"--calibration-size: expected >= 1, got {args.calibration_size}")
         # The set's last prompts: disjoint from the evaluated first --num-prompts unless the set is that small.
         args.calibration_prompts = harness.load_prompts(args.prompt_sets[0])[-args.calibration_size:]
     results, env = evaluate(args, args.target, draft, args.prompt_sets, args.num_prompts, args.methods, args.chat)
     print_table(results)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = args.out / f"{stamp}-e2e"
-    out.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / f"{time.strftime('%Y%m%d-%H%M%S')}-e2e"
+    while out.exists():  # two runs in one second
+        out = out.with_name(out.name + "+")
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=args.out))  # renamed when complete
+    try:
+        write_bench(staging, args, results, env)
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    print(f"wrote {out}")
+    return 0 if all(r.identical_to_ar is not False for r in results) else 1  # None: sampled runs
+
+
+def write_bench(out: Path, args: argparse.Namespace, results: list[harness.MethodResult], env: dict) -> None:
+    """results.json, results.csv and the plots of a bench run into the folder `out`."""
     rows = [{**r.row(), **{k: v for k, v in env.items() if not isinstance(v, dict)}} for r in results]
     (out / "results.json").write_text(json.dumps({"environment": env, "results": [r.row() for r in results]}, indent=1))
     with open(out / "results.csv", "w", newline="") as f:
@@ -382,13 +410,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if "smart" in env:
         prof = Profile.from_dict(env["smart"]["profile"])
         plot_fits([CostModel.fit(prof, b) for b in sorted(set(args.batch_sizes))], out / "cost_fit.png")
-    print(f"wrote {out}")
-    return 0 if all(r.identical_to_ar is not False for r in results) else 1  # None: sampled runs
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    target = load_model(args.target, dtype=args.dtype, device=args.device)
-    draft = load_model(args.draft, dtype=args.dtype, device=str(target.device)) if args.draft else None
+    check_counts(args, {"batch_sizes": 1, "sizes": 1, "repeats": 1, "context_len": 1})
+    for flag, values in (("--batch-sizes", args.batch_sizes), ("--sizes", args.sizes)):
+        if not values or values != sorted(set(values)):
+            raise ValueError(f"{flag}: expected increasing sizes, got {values}")
+    if len(args.sizes) < 3:
+        raise ValueError(f"--sizes: the fit needs at least 3 tree sizes, got {args.sizes}")
+    check_output_file("--out", args.out)
+    if args.plot:
+        check_output_file("--plot", args.plot)
+    check_device(args)
+    target = load_model(args.target, dtype=args.dtype, device=args.device, what="--target")
+    draft = load_model(args.draft, dtype=args.dtype, device=str(target.device), what="--draft") if args.draft else None
     prof = profile(target, draft, batch_sizes=tuple(args.batch_sizes), context_len=args.context_len,
                    sizes=tuple(args.sizes), repeats=args.repeats)
     prof.save(args.out)
@@ -411,7 +447,14 @@ def cmd_datastore(args: argparse.Namespace) -> int:
     if args.datastore_command == "info":
         print(json.dumps(Datastore.open(args.dir).info(), indent=1))
         return 0
-    tokenizer = tokenizer_or_error(args.tokenizer)
+    check_output_dir("--out", args.out)
+    missing = [str(p) for p in args.sources if not p.exists()]
+    if missing:
+        raise ValueError(f"sources: no such file or folder: {', '.join(missing)}")
+    if args.append and orphaned_arrays(args.out):
+        raise ValueError(f"--append: {args.out} holds datastore arrays but no {HEADER} (a write interrupted by an "
+                         "older specdec): appending would drop its documents; rebuild it from all its sources")
+    tokenizer = load_tokenizer(args.tokenizer, "--tokenizer")
     if args.append and (args.out / HEADER).is_file():
         store = Datastore.open(args.out, tokenizer=tokenizer).extend(
             tokenizer, args.sources, text_field=args.text_field, progress=not args.quiet)
@@ -423,14 +466,23 @@ def cmd_datastore(args: argparse.Namespace) -> int:
     return 0
 
 
+COMMANDS = {"generate": cmd_generate, "demo": cmd_demo, "bench": cmd_bench, "profile": cmd_profile,
+            "datastore": cmd_datastore, "calibrate": cmd_calibrate}
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run a command; a user error is one line on stderr and status 2, Ctrl-C one line and status 130
+    (outputs are written to temporary names and renamed when complete, so none is left half-written)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
-        return {"generate": cmd_generate, "demo": cmd_demo, "bench": cmd_bench, "profile": cmd_profile,
-                "datastore": cmd_datastore, "calibrate": cmd_calibrate}[args.command](args)
-    except (ValueError, OSError) as err:  # user errors (OSError: a missing model path, an unwritable --out)
-        message = str(err).strip().splitlines()
-        print(f"specdec: error: {message[0] if message else type(err).__name__}", file=sys.stderr)
+        return COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        print("specdec: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, OSError) as err:  # user errors (OSError: an unreadable file, a full disk)
+        message = flag_message(one_line(err), flag_names(parser, args), {"out_dir": "out"})
+        print(f"specdec: error: {message}", file=sys.stderr)
         return 2
 
 

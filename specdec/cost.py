@@ -47,6 +47,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
+from .checks import as_int, is_int
 from .profiling import FORMAT_VERSION, Profile, check_version, device_name, model_name, read_json
 
 __all__ = ["CostModel", "Curve", "VerifyFit", "FORMS", "MAX_FIT_ERROR", "check_compatible", "plot_fits"]
@@ -232,8 +233,7 @@ class CostModel:
     @classmethod
     def fit(cls, profile: Profile, batch_size: int) -> "CostModel":
         """The step cost at `batch_size` from a profile (batch-size rule in the module docstring)."""
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r}")
+        batch_size = as_int(batch_size, "batch_size", 1)
         bs = list(profile.batch_sizes)
         rule = _batch_rule(bs, batch_size)
         row = lambda table: _at_batch(table, bs, batch_size)  # noqa: E731
@@ -341,7 +341,9 @@ class CostModel:
 
     # ------------------------------------------------------------------ files and plots
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps({"format": self.FORMAT, "version": FORMAT_VERSION, **asdict(self)}, indent=1))
+        from .records import atomic_write_text
+
+        atomic_write_text(path, json.dumps({"format": self.FORMAT, "version": FORMAT_VERSION, **asdict(self)}, indent=1))
 
     @classmethod
     def load(cls, path: str | Path) -> "CostModel":
@@ -355,6 +357,16 @@ class CostModel:
             raise ValueError(f"{what}: missing field(s) {missing}")
         for name in ("ar_step", "loop", "context_slope"):
             _number(doc[name], f"{what}: {name}")
+        for name in ("batch_size", "context_len"):
+            if not is_int(doc[name]) or doc[name] < 1:
+                raise ValueError(f"{what}: {name} must be a positive int, got {doc[name]!r:.80}")
+        for name in ("batch_rule", "device", "dtype", "target"):
+            if not isinstance(doc[name], str):
+                raise ValueError(f"{what}: {name} must be a string, got {doc[name]!r:.80}")
+        if doc["draft"] is not None and not isinstance(doc["draft"], str):
+            raise ValueError(f"{what}: draft must be a string or null, got {doc['draft']!r:.80}")
+        if not isinstance(doc["use_fit"], bool):
+            raise ValueError(f"{what}: use_fit must be true or false, got {doc['use_fit']!r:.80}")
         kw = {n: doc[n] for n in names if n in doc}
         kw["verify"] = _load_fit(doc["verify"], what)
         kw["verify_points"] = _load_curve(doc["verify_points"], f"{what}: verify_points")
@@ -426,7 +438,10 @@ def plot_fits(models: list[CostModel], path: str | Path) -> Path:
         bottom.set_ylabel("ms")
         bottom.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    from .records import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
     return Path(path)
 

@@ -2,15 +2,25 @@
 
 Layout of a datastore directory::
 
-    datastore.json      header: format, version, tokenizer name, vocabulary hash and size, counts, sources
-    tokens.npy          [N] int32: every document's tokens followed by SEPARATOR (-1)
-    suffix_array.npy    [N] int32 (int64 past 2^31 tokens): start positions of the suffixes in sorted order
+    datastore.json          header: format, version, tokenizer name, vocabulary hash and size, counts, sources,
+                            the current generation's folder and the sha256 of each of its arrays
+    gen-<id>/tokens.npy     [N] int32: every document's tokens followed by SEPARATOR (-1)
+    gen-<id>/suffix_array.npy  [N] int32 (int64 past 2^31 tokens): start positions of the suffixes in sorted order
+    .lock                   held (``filelock``) while a build or an append writes
 
 The separator is -1, which is no token id: a query (a context suffix, ids >= 0) can never match across it,
 and a continuation read past a document's end meets it and stops, since -1 is also the padding value of
 continuations. Both arrays are written with `np.save` (never pickle) and opened memory-mapped, so a store
 larger than memory is paged in on demand. The suffix array comes from `pydivsufsort`, which sorts int32
 arrays as big-endian bytes (any vocabulary up to 2^31 ids; -1 sorts below every token).
+
+Writes never lose a store. A build or an append writes a new generation folder (under a unique temporary
+name, renamed when complete), then replaces the header (a unique temporary file, `os.replace`): until that
+one atomic switch every reader sees the previous store whole, after it the new one, and an interrupted
+write leaves the previous store (plus a stale folder the next write removes). Builds and appends into one
+folder take its lock, so an append reads the store as the previous writer left it. Opening verifies the
+arrays against the header's sha256 (one pass, ~1.7 GB/s here), so damaged or mixed arrays are refused
+with a ValueError naming the file; stores above `VERIFY_ON_OPEN_BYTES` are verified on first query instead.
 
 Queries are host-side numpy, vectorised over rows and suffix lengths: one binary search per (row, length)
 over the suffix array, all advanced together for ceil(log2 N) rounds, each round gathering <= 16 tokens
@@ -23,8 +33,11 @@ import hashlib
 import json
 import os
 import platform
+import re
+import shutil
 import sysconfig
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Union
@@ -33,14 +46,17 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from ._corpus import Source, collect_documents
-from .models import cache_dir
+from .records import atomic_write_text, cache_dir
 
-__all__ = ["Datastore", "Match", "SEPARATOR", "cache_dir", "stdlib_datastore", "vocab_hash"]
+__all__ = ["Datastore", "Match", "SEPARATOR", "cache_dir", "orphaned_arrays", "stdlib_datastore", "vocab_hash"]
 
 FORMAT = "specdec-datastore"
-VERSION = 1
+VERSION = 2  # 1: arrays beside the header, no checksums (refused with a rebuild hint)
 SEPARATOR = -1
-HEADER, TOKENS, SUFFIXES = "datastore.json", "tokens.npy", "suffix_array.npy"
+HEADER, TOKENS, SUFFIXES, LOCK = "datastore.json", "tokens.npy", "suffix_array.npy", ".lock"
+GENERATION = re.compile(r"gen-[0-9a-f]{12}")
+# Arrays up to this size are checksummed when opened (~0.6 s at 1 GiB); larger stores on their first query.
+VERIFY_ON_OPEN_BYTES = 1 << 30
 PathLike = Union[str, os.PathLike]
 # The demo store's corpus: the standard library's Python files minus generated tables and docs data, the
 # same files the embedded demo pair was trained on (scripts/train_demo_pair.py).
@@ -69,22 +85,25 @@ class Match:
 class Datastore:
     """An opened datastore: `tokens` [N] int32 and `suffix_array` [N] (memory maps), `header` (dict)."""
 
-    def __init__(self, path: Path, header: dict, tokens: np.ndarray, suffix_array: np.ndarray):
+    def __init__(self, path: Path, header: dict, tokens: np.ndarray, suffix_array: np.ndarray, *,
+                 verified: bool = True):
         self.path = path
-        self._set(header, tokens, suffix_array)
+        self._set(header, tokens, suffix_array, verified)
 
-    def _set(self, header: dict, tokens: np.ndarray, suffix_array: np.ndarray) -> None:
+    def _set(self, header: dict, tokens: np.ndarray, suffix_array: np.ndarray, verified: bool = True) -> None:
         self.header, self.tokens, self.suffix_array = header, tokens, suffix_array
         # plain ndarray views of the maps: same pages, without np.memmap's per-indexing overhead (~2x on
         # the small gathers of a binary search round)
         self._views = (np.asarray(tokens), np.asarray(suffix_array))
+        self._verified = verified
 
     # ------------------------------------------------------------------ building
     @classmethod
     def build(cls, tokenizer: PreTrainedTokenizerBase | None, sources: Iterable[Source], out_dir: PathLike, *,
               texts: Iterable[str] = (), vocab_size: int | None = None, text_field: str = "text",
               progress: bool = True) -> "Datastore":
-        """Tokenise `sources` and `texts` with `tokenizer` and write a datastore to `out_dir`.
+        """Tokenise `sources` and `texts` with `tokenizer` and write a datastore to `out_dir` (a store
+        already there is replaced atomically: readers see it whole until the new one is complete).
 
         sources: text or code files; folders (their text files, recursively, in sorted order); `.jsonl`
                  files (one document per line, from `text_field`); `.npy` files or 1-D integer arrays of
@@ -103,69 +122,110 @@ class Datastore:
                   "tokenizer": None if tokenizer is None else str(tokenizer.name_or_path),
                   "vocab_hash": None if tokenizer is None else vocab_hash(tokenizer), "vocab_size": size,
                   "documents": len(docs), "sources": _summary(names)}
-        return cls._write(out, _join(docs), header)
+        out.mkdir(parents=True, exist_ok=True)
+        with _locked(out):
+            return cls._write(out, _join(docs), header)
 
     def extend(self, tokenizer: PreTrainedTokenizerBase, sources: Iterable[Source] = (), *, texts: Iterable[str] = (),
                text_field: str = "text", progress: bool = False) -> "Datastore":
-        """Append documents (e.g. past responses) and rebuild the suffix array, in place on disk and here.
+        """Append documents (e.g. past responses) and rebuild the suffix array, on disk and here.
 
-        The tokenizer must match the one the store was built with. Other `Datastore` objects opened on the
-        same folder keep reading the previous arrays (replaced files stay mapped) until reopened.
+        The tokenizer must match the one the store was built with. The append goes to the store as it is
+        on disk when the folder's lock is taken (another process may have appended meanwhile); it is
+        written as a new generation, so an interrupted append leaves the store as it was. Other
+        `Datastore` objects opened on the folder keep reading the previous arrays until reopened.
         """
         self.check_tokenizer(tokenizer)
         docs, names = collect_documents(tokenizer, sources, texts, self.vocab_size, text_field=text_field,
                                         progress=progress)
         if not docs:
             return self
-        tokens = np.concatenate([np.asarray(self.tokens), _join(docs)])
-        header = {**self.header, "documents": self.header["documents"] + len(docs),
-                  "sources": _summary(self.header["sources"] + names)}
-        fresh = self._write(self.path, tokens, header)
+        with _locked(self.path):
+            current = Datastore.open(self.path, tokenizer=tokenizer, verify=True)
+            tokens = np.concatenate([np.asarray(current.tokens), _join(docs)])
+            header = {k: current.header[k] for k in ("format", "version", "separator", "tokenizer", "vocab_hash",
+                                                     "vocab_size")}
+            header.update(documents=current.header["documents"] + len(docs),
+                          sources=_summary(current.header["sources"] + names))
+            fresh = self._write(self.path, tokens, header)
         self._set(fresh.header, fresh.tokens, fresh.suffix_array)
         return self
 
     @classmethod
     def _write(cls, out: Path, tokens: np.ndarray, header: dict) -> "Datastore":
+        """Write `tokens`, its suffix array and `header` as a new generation of `out` and switch to it.
+        The caller holds the folder's lock."""
         from pydivsufsort import divsufsort
 
         t0 = time.perf_counter()
         suffixes = divsufsort(tokens)  # int32 while the array's 4N bytes stay below 2^31, int64 beyond
-        out.mkdir(parents=True, exist_ok=True)
-        # The old header goes first and the new one comes last: a crash in between leaves a folder that
-        # `open` refuses (no header), never a header describing other arrays.
-        (out / HEADER).unlink(missing_ok=True)
-        for name, array in ((TOKENS, tokens), (SUFFIXES, suffixes)):
-            with open(out / f".{name}.tmp", "wb") as f:
-                np.save(f, array, allow_pickle=False)
-            os.replace(out / f".{name}.tmp", out / name)
-        header = {**header, "num_tokens": int(tokens.size), "suffix_dtype": str(suffixes.dtype),
-                  "suffix_seconds": round(time.perf_counter() - t0, 3),
-                  "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        (out / f".{HEADER}.tmp").write_text(json.dumps(header, indent=1))
-        os.replace(out / f".{HEADER}.tmp", out / HEADER)
-        return cls.open(out)
+        seconds = time.perf_counter() - t0
+        generation = f"gen-{uuid.uuid4().hex[:12]}"
+        staging = out / f".{generation}.tmp"
+        staging.mkdir()
+        try:
+            for name, array in ((TOKENS, tokens), (SUFFIXES, suffixes)):
+                with open(staging / name, "xb") as f:
+                    np.save(f, array, allow_pickle=False)
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(staging, out / generation)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        header = {**header, "num_tokens": int(tokens.size), "max_token": int(tokens.max()),
+                  "suffix_dtype": str(suffixes.dtype), "suffix_seconds": round(seconds, 3),
+                  "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "generation": generation,
+                  "sha256": {TOKENS: _sha256(tokens), SUFFIXES: _sha256(suffixes)}}
+        atomic_write_text(out / HEADER, json.dumps(header, indent=1))  # the switch
+        _remove_stale(out, generation)
+        store = cls.open(out, verify=False)
+        store._verified = True  # hashed just now, from these very arrays
+        return store
 
     # ------------------------------------------------------------------ opening
     @classmethod
-    def open(cls, path: PathLike, *, tokenizer: PreTrainedTokenizerBase | None = None) -> "Datastore":
+    def open(cls, path: PathLike, *, tokenizer: PreTrainedTokenizerBase | None = None,
+             verify: bool | None = None) -> "Datastore":
         """Memory-map a datastore folder; with `tokenizer`, check it is the one the store was built with.
 
-        Raises ValueError for a missing or foreign header, a tokenizer mismatch, and arrays that are
-        truncated, corrupt or inconsistent with the header.
+        verify: check the arrays against the header's sha256 now (True), on the first query (False), or
+        now when they hold at most `VERIFY_ON_OPEN_BYTES` (None, the default).
+        Raises ValueError for a missing, foreign or older header, a tokenizer mismatch, and arrays that are
+        truncated, damaged, or from another store, naming the file.
         """
         path = Path(path)
-        header = _read_header(path)
-        n = header["num_tokens"]
-        tokens = _load(path / TOKENS, (n,), ("int32",))
-        suffixes = _load(path / SUFFIXES, (n,), ("int32", "int64"))
-        # Cheap consistency checks (no full pass over a large store): every document ends with the
-        # separator, and the one-token suffix [-1] at the very end sorts first.
-        if n == 0 or tokens[-1] != SEPARATOR or suffixes[0] != n - 1:
-            raise ValueError(f"path: {path} has arrays that do not belong together (corrupt or mixed stores)")
-        store = cls(path, header, tokens, suffixes)
+        for attempt in range(3):
+            header = _read_header(path)
+            folder = path / header["generation"]
+            try:
+                n = header["num_tokens"]
+                tokens = _load(folder / TOKENS, (n,), ("int32",))
+                suffixes = _load(folder / SUFFIXES, (n,), (header["suffix_dtype"],))
+                break
+            except ValueError:
+                # A writer may have switched generations (and removed this one) between the two reads.
+                if attempt == 2 or _read_header(path)["generation"] == header["generation"]:
+                    raise
+        store = cls(path, header, tokens, suffixes, verified=False)
+        if verify or (verify is None and tokens.nbytes + suffixes.nbytes <= VERIFY_ON_OPEN_BYTES):
+            store.verify()
         if tokenizer is not None:
             store.check_tokenizer(tokenizer)
         return store
+
+    def verify(self) -> None:
+        """Check both arrays against the header's sha256 (one pass over the store; ~1.7 GB/s on this CPU),
+        then that they end as a store must (the final separator, the one-token suffix [-1] first)."""
+        folder = self.path / self.header["generation"]
+        for name, array in ((TOKENS, self.tokens), (SUFFIXES, self.suffix_array)):
+            if _sha256(array) != self.header["sha256"][name]:
+                raise ValueError(f"{name}: its contents in {folder} differ from the checksum in {self.path / HEADER} "
+                                 "(damaged or replaced); rebuild the datastore")
+        n = self.num_tokens
+        if self.tokens[-1] != SEPARATOR or self.suffix_array[0] != n - 1:
+            raise ValueError(f"path: {self.path} has arrays that do not belong together (corrupt or mixed stores)")
+        self._verified = True
 
     def check_tokenizer(self, tokenizer: PreTrainedTokenizerBase) -> None:
         """ValueError unless `tokenizer` has the vocabulary this store was built with."""
@@ -189,9 +249,15 @@ class Datastore:
     def vocab_size(self) -> int:
         return int(self.header["vocab_size"])
 
+    @property
+    def documents(self) -> int:
+        return int(self.header["documents"])
+
     def info(self) -> dict:
         """The header plus sizes on disk (what `specdec datastore info` prints)."""
-        files = {name: (self.path / name).stat().st_size for name in (HEADER, TOKENS, SUFFIXES)}
+        folder = self.path / self.header["generation"]
+        files = {HEADER: (self.path / HEADER).stat().st_size,
+                 **{name: (folder / name).stat().st_size for name in (TOKENS, SUFFIXES)}}
         return {**self.header, "path": str(self.path), "bytes": files, "total_bytes": sum(files.values())}
 
     # ------------------------------------------------------------------ queries
@@ -199,8 +265,11 @@ class Datastore:
         """Per row, the longest suffix of `context` (max_suffix down to min_suffix tokens) in the store.
 
         context: [B, L] int64, each row's last tokens right-aligned, -1 left padding for short rows; a
-        suffix that reaches into the padding is not tried.
+        suffix that reaches into the padding is not tried. The first query of a store too large to be
+        verified when opened verifies it (see `open`).
         """
+        if not self._verified:
+            self.verify()
         B, L = context.shape
         lengths = np.arange(max_suffix, min_suffix - 1, -1)  # [Ln], longest first
         cols = L - lengths[:, None] + np.arange(max_suffix)[None, :]  # [Ln, max_suffix]
@@ -225,6 +294,8 @@ class Datastore:
         continuations, a biased sample). Rows stay in suffix-array order, i.e. lexicographically sorted.
         A continuation stops at the separator (the end of its document).
         """
+        if not self._verified:
+            self.verify()
         count = np.where(match.length > 0, match.hi - match.lo, 0)  # [B]
         take = np.minimum(count, max_matches)
         M = max(int(take.max()), 1)
@@ -271,7 +342,8 @@ def stdlib_datastore(tokenizer: PreTrainedTokenizerBase, *, max_files: int | Non
 
     Keyed by Python version, the tokenizer's vocabulary hash and `max_files` (the first files in sorted
     order; None: all), under `cache_dir()/datastores/`. All files make about 8.6M tokens with the demo
-    pair's 4,096-token tokenizer (Python 3.11). A store that fails to open is rebuilt.
+    pair's 4,096-token tokenizer (Python 3.11). A store that fails to open (an interrupted build, damaged
+    arrays, a store written by an older specdec) is rebuilt.
     """
     subset = "" if max_files is None else f"-first{max_files}"
     key = f"stdlib-py{platform.python_version()}-{vocab_hash(tokenizer)[:16]}{subset}"
@@ -322,11 +394,31 @@ def _read_header(path: Path) -> dict:
         raise ValueError(f"path: {file} is not valid JSON ({err})") from err
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise ValueError(f"path: {file} is not a {FORMAT} header")
+    if header.get("version") == 1:
+        sources = ", ".join(map(str, header.get("sources") or []))
+        raise ValueError(f"path: {path} was written by an older specdec (datastore format 1, without checksums); "
+                         f"rebuild it: specdec datastore build --tokenizer {header.get('tokenizer') or 'TOKENIZER'} "
+                         f"--out {path} SOURCES... (it was built from {sources})")
     if header.get("version") != VERSION:
         raise ValueError(f"path: {file} has format version {header.get('version')!r}; this specdec reads {VERSION}")
-    missing = {"num_tokens", "vocab_size", "vocab_hash", "tokenizer", "documents", "sources"} - set(header)
+    missing = {"num_tokens", "vocab_size", "vocab_hash", "tokenizer", "documents", "sources", "generation",
+               "sha256", "max_token", "suffix_dtype"} - set(header)
     if missing:
         raise ValueError(f"path: {file} lacks {sorted(missing)}")
+    for name in ("num_tokens", "vocab_size", "documents", "max_token"):
+        value = header[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "max_token" else 1):
+            raise ValueError(f"path: {file} has {name} {value!r}, not a positive int")
+    if header["max_token"] >= header["vocab_size"]:
+        raise ValueError(f"path: {file} says its tokens reach id {header['max_token']}, beyond its vocabulary of "
+                         f"{header['vocab_size']}")
+    if not isinstance(header["generation"], str) or not GENERATION.fullmatch(header["generation"]):
+        raise ValueError(f"path: {file} names no valid generation folder ({header['generation']!r})")
+    sums = header["sha256"]
+    if not isinstance(sums, dict) or not all(isinstance(sums.get(k), str) for k in (TOKENS, SUFFIXES)):
+        raise ValueError(f"path: {file} lacks the sha256 of {TOKENS} and {SUFFIXES}")
+    if header["suffix_dtype"] not in ("int32", "int64") or not isinstance(header["sources"], list):
+        raise ValueError(f"path: {file} has a malformed suffix_dtype or sources field")
     return header
 
 
@@ -339,3 +431,44 @@ def _load(file: Path, shape: tuple[int, ...], dtypes: tuple[str, ...]) -> np.nda
         raise ValueError(f"{file.name}: {array.dtype}{list(array.shape)} in {file.parent}, the header says "
                          f"{'/'.join(dtypes)}{list(shape)}: truncated or from another store")
     return array
+
+
+def _sha256(array: np.ndarray) -> str:
+    """sha256 of an array's bytes (C order), in chunks so that a memory map is paged in a piece at a time."""
+    flat = np.asarray(array).reshape(-1)
+    digest = hashlib.sha256()
+    step = (64 << 20) // max(flat.itemsize, 1)
+    for i in range(0, flat.size, step):
+        digest.update(np.ascontiguousarray(flat[i:i + step]))
+    return digest.hexdigest()
+
+
+def _locked(folder: Path):
+    """The folder's write lock (``filelock``): builds and appends into one folder run one at a time."""
+    from filelock import FileLock
+
+    return FileLock(str(folder / LOCK))
+
+
+def _remove_stale(out: Path, keep: str) -> None:
+    """After a switch to generation `keep`: earlier generations, staging folders of interrupted writes,
+    and the arrays a format-1 store kept beside its header (its temporary files too)."""
+    for entry in out.iterdir():
+        name = entry.name
+        if name == keep:
+            continue
+        staging = name.startswith(".gen-") and name.endswith(".tmp")
+        if entry.is_dir() and (GENERATION.fullmatch(name) or staging):
+            shutil.rmtree(entry, ignore_errors=True)
+        elif entry.is_file() and (name in (TOKENS, SUFFIXES) or (name.startswith(".") and ".tmp" in name)):
+            entry.unlink(missing_ok=True)  # format-1 arrays; temporary files of ours (never the lock)
+
+
+def orphaned_arrays(path: PathLike) -> bool:
+    """True when `path` holds datastore arrays but no header: a store whose write was interrupted by an
+    older specdec (format 1 removed its header first). Appending there would lose the store's documents."""
+    path = Path(path)
+    if not path.is_dir() or (path / HEADER).is_file():
+        return False
+    return any((path / name).is_file() for name in (TOKENS, SUFFIXES)) or any(
+        e.is_dir() and GENERATION.fullmatch(e.name) for e in path.iterdir())

@@ -12,13 +12,14 @@ from tqdm import tqdm
 
 from . import harness
 from .calibration import DEFAULT_WINDOW, Calibration, cached_calibration
-from .datastore import Datastore, stdlib_datastore
-from .models import load_model, load_tokenizer
+from .datastore import Datastore, stdlib_datastore, vocab_hash
+from .models import TOKENIZER_FILES, load_model, load_tokenizer, resolve_name
 from .profiling import DEFAULT_SIZES, Profile, cached_profile
 from .sampling import Sampling
 from .valuspec import ValuSpecFilter
 
-__all__ = ["AUTO_PROFILE", "evaluate", "load_datastore", "print_table", "sampling_options", "smart_profile"]
+__all__ = ["AUTO_PROFILE", "check_tokenizers", "evaluate", "load_datastore", "print_table", "sampling_options",
+           "smart_profile"]
 
 AUTO_PROFILE = dict(context_len=256, sizes=DEFAULT_SIZES[:-1], repeats=3)
 
@@ -27,11 +28,32 @@ def load_datastore(path: Path | None, tokenizer, target_name: str, stdlib_files:
     """The datastore for method retrieval: `path`, or with the demo target the cached standard-library one
     (its first `stdlib_files` files; None: all)."""
     if path is not None:
-        return Datastore.open(path, tokenizer=tokenizer)
+        try:
+            return Datastore.open(path, tokenizer=tokenizer)
+        except ValueError as err:
+            raise ValueError(f"--datastore: {err}") from None
     if target_name == "demo-target":
         return stdlib_datastore(tokenizer, max_files=stdlib_files)
     raise ValueError("--datastore: method 'retrieval' needs a datastore built with the target's tokenizer "
                      "(specdec datastore build)")
+
+
+def check_tokenizers(tokenizer, models: dict[str, str | None]) -> None:
+    """ValueError naming the flag when a draft's or scorer's tokenizer (`models`: flag -> model name, None
+    skipped) has another vocabulary than the target's `tokenizer` (their vocabulary hashes differ). Their
+    embedding matrices may still differ in size (`specdec.vocab`). A checkpoint without tokenizer files is
+    not compared: its ids are taken as the target's."""
+    want = vocab_hash(tokenizer)
+    for flag, name in models.items():
+        if name is None:
+            continue
+        path = Path(resolve_name(name, flag))
+        if path.is_dir() and not any((path / f).is_file() for f in TOKENIZER_FILES):
+            continue
+        other = load_tokenizer(name, flag)
+        if vocab_hash(other) != want:
+            raise ValueError(f"{flag}: {name} has another tokenizer than the target ({len(other)} vs {len(tokenizer)} "
+                             "tokens, vocabulary hashes differ); drafts and scorers must share the target's tokenizer")
 
 
 def sampling_options(args: argparse.Namespace) -> tuple[Sampling, int | None]:
@@ -82,21 +104,22 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
     sampling, seed = sampling_options(args)
     if any(b <= 0 for b in args.batch_sizes):
         raise ValueError(f"--batch-sizes: expected sizes > 0, got {args.batch_sizes}")
-    tokenizer = load_tokenizer(target_name)
-    target = load_model(target_name, dtype=args.dtype, device=args.device)
-    draft = load_model(draft_name, dtype=args.dtype, device=str(target.device)) if draft_name else None
-    methods = ["ar"] + [m for m in methods if m != "ar" and (draft is not None or m not in harness.DRAFT_METHODS)]
     if any(b < 1 for b in args.budgets):
         raise ValueError(f"--budgets: expected sizes >= 1, got {args.budgets}")
+    tokenizer = load_tokenizer(target_name, "--target")
+    check_tokenizers(tokenizer, {"--draft": draft_name})
+    methods = ["ar"] + [m for m in methods if m != "ar" and (draft_name is not None or m not in harness.DRAFT_METHODS)]
+    datastore = None  # before the models: a wrong store fails in milliseconds
+    if set(methods) & set(harness.RETRIEVAL_METHODS):
+        datastore = load_datastore(args.datastore, tokenizer, target_name, stdlib_files)
+    target = load_model(target_name, dtype=args.dtype, device=args.device, what="--target")
+    draft = load_model(draft_name, dtype=args.dtype, device=str(target.device), what="--draft") if draft_name else None
     runs = {}  # label -> (method, retrieval budget), in the order of `methods`
     for m in methods:
         if m == "retrieval":  # one run per budget
             runs.update({m if len(args.budgets) == 1 else f"{m}-{b}": (m, b) for b in args.budgets})
         else:
             runs[m] = (m, max(args.budgets))  # retrieval-smart: the largest budget is its cap
-    datastore = None
-    if set(methods) & set(harness.RETRIEVAL_METHODS):
-        datastore = load_datastore(args.datastore, tokenizer, target_name, stdlib_files)
     # retrieval-smart and prompt-lookup-smart share SMART's profile (its target parts; they draft nothing)
     cost = (smart_profile(getattr(args, "profile", None), target, draft, args.batch_sizes)
             if set(harness.PLANNED_METHODS) & set(methods) else None)

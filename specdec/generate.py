@@ -12,6 +12,8 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from .cache import TreeCache, free_memory
+from .checks import is_int
 from .planner import PlanStats, StepRecord
 from .sampling import Sampling, check_generator
 from .state import DecodeState
@@ -28,7 +30,10 @@ class FilterStats:
     row-steps, so parts add up (`merge`). Branches are root-to-leaf paths of the supplier's tree, nodes its
     non-root nodes. An *empty* tree is one the supplier proposed with candidates and the filter cut to the
     root; an *AR fallback* is any row-step verified as the root alone (supplier-empty or filter-emptied).
-    Audit counts exist only when the filter also verified the unfiltered tree."""
+    `accepted` counts the candidates the target accepted (bonus tokens excluded), so `acceptance_rate` is
+    the share of the retained candidates that were accepted. A row-step a gate left unscored keeps its
+    whole tree (it counts as kept). Audit counts exist only when the filter also verified the unfiltered
+    tree."""
 
     rows: int = 0
     supplier_empty: int = 0
@@ -37,6 +42,8 @@ class FilterStats:
     branches_kept: int = 0
     nodes: int = 0
     nodes_kept: int = 0
+    accepted: int = 0  # retained candidates the target accepted
+    unscored: int = 0  # row-steps sent unfiltered because a gate skipped scoring
     audited: int = 0  # row-steps whose unfiltered tree was verified too
     false_discards: int = 0  # audited row-steps where a discarded branch would have been accepted further
     tokens_lost: int = 0  # accepted tokens the discards cost, summed over audited row-steps
@@ -52,6 +59,8 @@ class FilterStats:
                 "node_keep_rate": ratio(self.nodes_kept, self.nodes),
                 "empty_tree_rate": ratio(self.filter_emptied, with_candidates),
                 "ar_fallback_rate": ratio(self.supplier_empty + self.filter_emptied, self.rows),
+                "acceptance_rate": ratio(self.accepted, self.nodes_kept),
+                "unscored_rate": ratio(self.unscored, self.rows),
                 "false_discard_rate": ratio(self.false_discards, self.audited)}
 
 
@@ -115,6 +124,12 @@ class Stats:
     def tokens_per_second(self) -> float:
         return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
 
+    @property
+    def filter_share(self) -> float:
+        """The filter stage's share of the steps' time (prefill excluded): for ValuSpec, what scoring costs."""
+        steps = sum(v for k, v in self.stage_seconds.items() if k != "prefill")
+        return self.stage_seconds["filter"] / steps if steps > 0 else 0.0
+
     def record(self, accepted: np.ndarray, tree_size: int, new_tokens: int, **stage_seconds: float) -> None:
         """One step: tokens emitted per active row (bonus included), nodes per row sent, tokens kept."""
         self.steps += 1
@@ -149,7 +164,8 @@ class Stats:
                 "mean_tree_size": self.mean_tree_size, "accepted_histogram": self.accepted_histogram,
                 "stage_seconds": dict(self.stage_seconds), "seconds": self.seconds,
                 "tokens_per_second": self.tokens_per_second,
-                **({"filter": self.filter.to_dict()} if self.filter is not None else {}),
+                **({"filter": {**self.filter.to_dict(), "filter_share": self.filter_share}}
+                   if self.filter is not None else {}),
                 **({"plan": self.plan.to_dict()} if self.plan is not None else {})}
 
 
@@ -184,18 +200,25 @@ class SpeculativeGenerator:
                  temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                  generator: torch.Generator | None = None) -> GenerateOutput:
         """temperature 0 is greedy; else sample with transformers' warpers (top_k, top_p), drawing from
-        `generator` (a torch.Generator on the target's device; None: torch's default generator)."""
+        `generator` (a torch.Generator on the target's device; None: torch's default generator).
+
+        Masked (padding) positions of `input_ids` may hold any value (-100 included): they are never read,
+        and are returned as given. Every argument is checked, and the caches and trees this call needs
+        are estimated against the device's free memory, before anything is allocated.
+        """
         t_begin = time.perf_counter()
         sampling = Sampling(temperature, top_k, top_p)
         check_generator(generator, self.target.device)
-        start, eos, pad = self._check(input_ids, attention_mask, max_new_tokens, eos_token_id, pad_token_id)
+        ids, start, eos, pad = self._check(input_ids, attention_mask, max_new_tokens, eos_token_id, pad_token_id)
+        max_new_tokens = int(max_new_tokens)
         capacity = input_ids.shape[1] + 2 * (max_new_tokens + self.supplier.max_tree_size())
-        state = DecodeState.begin(input_ids, start, max_new_tokens=max_new_tokens, capacity=capacity,
+        self._check_memory(input_ids.shape[0], capacity)
+        state = DecodeState.begin(ids, start, max_new_tokens=max_new_tokens, capacity=capacity,
                                   eos_token_ids=eos, pad_token_id=pad, sampling=sampling, generator=generator)
         self.verifier.configure(sampling, generator)
         stats = Stats()
         cache = self.verifier.new_cache(input_ids.shape[0], capacity)
-        prompt = PromptBlock(input_ids[:, :-1], start)  # forwarded with the first tree: no separate prefill
+        prompt = PromptBlock(ids[:, :-1], start)  # forwarded with the first tree: no separate prefill
         self.supplier.start(state)
         if self.filter is not None:
             self.filter.start(state)
@@ -226,11 +249,15 @@ class SpeculativeGenerator:
         stats.seconds = time.perf_counter() - t_begin
         stats.filter = self.filter.report() if self.filter is not None else None
         stats.plan = self.supplier.report()
-        return GenerateOutput(state.sequences(), stats)
+        sequences = state.sequences()
+        sequences[:, : input_ids.shape[1]] = input_ids  # the caller's padding values, as generate() returns them
+        return GenerateOutput(sequences, stats)
 
     def _check(self, input_ids: Tensor, attention_mask: Tensor | None, max_new_tokens: int,
-               eos_token_id: int | list[int] | None, pad_token_id: int | None) -> tuple[Tensor, list[int], int]:
-        """Validate the arguments (before any state changes); returns (start [B], eos ids, pad id)."""
+               eos_token_id: int | list[int] | None,
+               pad_token_id: int | None) -> tuple[Tensor, Tensor, list[int], int]:
+        """Validate the arguments (before any state changes); returns (input_ids with every masked position
+        holding the pad id [B, P], start [B], eos ids, pad id)."""
         if not isinstance(input_ids, Tensor) or input_ids.ndim != 2 or input_ids.shape[1] < 1 or input_ids.shape[0] < 1:
             raise ValueError(f"input_ids: expected a [B, P] tensor with B, P >= 1, got "
                              f"{tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__}")
@@ -238,10 +265,12 @@ class SpeculativeGenerator:
             raise TypeError(f"input_ids: expected int64, got {input_ids.dtype}")
         if input_ids.device != self.target.device:
             raise ValueError(f"input_ids: on {input_ids.device}, the target on {self.target.device}")
-        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens <= 0:
+        if not is_int(max_new_tokens) or max_new_tokens <= 0:
             raise ValueError(f"max_new_tokens: expected an int > 0, got {max_new_tokens!r}")
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
+        if not isinstance(attention_mask, Tensor):
+            raise TypeError(f"attention_mask: expected a torch.Tensor or None, got {type(attention_mask).__name__}")
         if attention_mask.shape != input_ids.shape or attention_mask.device != input_ids.device:
             raise ValueError(f"attention_mask: expected {tuple(input_ids.shape)} on {input_ids.device}, "
                              f"got {tuple(attention_mask.shape)} on {attention_mask.device}")
@@ -265,9 +294,40 @@ class SpeculativeGenerator:
             if input_ids.shape[1] + 2 * (max_new_tokens + self.supplier.max_tree_size()) > window:
                 raise ValueError(f"max_new_tokens: the sequence could outgrow the model's sliding window of {window} "
                                  "tokens, which tree attention does not implement")
+        eos, pad = self._special_ids(eos_token_id, pad_token_id, vocab)
+        return torch.where(mask, input_ids, pad), start, eos, pad
+
+    def _special_ids(self, eos_token_id: object, pad_token_id: object, vocab: int) -> tuple[list[int], int]:
+        """The EOS ids (a list) and the pad id, from the arguments or the target's generation config."""
         gen = self.target.generation_config
+        given = eos_token_id is not None
         eos = gen.eos_token_id if eos_token_id is None else eos_token_id
-        eos = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+        eos = eos.tolist() if isinstance(eos, Tensor) else eos
+        eos = [] if eos is None else ([eos] if is_int(eos) else eos)
+        if not isinstance(eos, (list, tuple)) or not all(is_int(e) and e >= 0 for e in eos):
+            source = "" if given else " (from the target's generation_config)"
+            raise ValueError(f"eos_token_id: expected None, a token id >= 0 or a list of them, got "
+                             f"{eos_token_id if given else gen.eos_token_id!r}{source}")
+        eos = [int(e) for e in eos]
+        source = ""
         if pad_token_id is None:
             pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else (eos[0] if eos else 0)
-        return start, eos, int(pad_token_id)
+            source = " (from the target's generation_config or its EOS id)"
+        if not is_int(pad_token_id) or not 0 <= pad_token_id < vocab:
+            raise ValueError(f"pad_token_id: expected a token id in [0, {vocab}), got {pad_token_id!r}{source}")
+        return eos, int(pad_token_id)
+
+    def _check_memory(self, batch_size: int, capacity: int) -> None:
+        """ValueError naming the argument that drives most of it when the caches and tree buffers of this
+        call (target cache, the supplier's `memory_bytes`) exceed the device's free memory."""
+        parts = {"max_new_tokens": batch_size * capacity * TreeCache.slot_bytes(self.target)}
+        for name, size in self.supplier.memory_bytes(batch_size, capacity).items():
+            parts[name] = parts.get(name, 0) + size
+        need, free = sum(parts.values()), free_memory(self.target.device)
+        if free is None or need <= free:
+            return
+        name = max(parts, key=parts.get)
+        detail = ", ".join(f"{k} {v / 2**30:.2f}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1]))
+        raise ValueError(f"{name}: a batch of {batch_size} needs about {need / 2**30:.1f} GiB of caches and tree "
+                         f"buffers (GiB by argument: {detail}), more than the {free / 2**30:.1f} GiB free on "
+                         f"{self.target.device}; lower {name} or the batch size")

@@ -172,7 +172,7 @@ class MethodResult:
     plan: dict | None = None  # the planner's PlanStats.to_dict() (its own measured speedup included)
     stage_seconds: dict | None = None  # seconds per stage (prefill, propose, filter, verify, commit)
     filter: dict | None = None  # the filter's FilterStats.to_dict() (ValuSpec runs)
-    filter_share: float | None = None  # the filter stage's share of generate time (ValuSpec: the scorer's)
+    filter_share: float | None = None  # the filter stage's share of step time (ValuSpec: the scorer's)
     repeats: int = 1  # timed runs per batch; the fastest counts
 
     def identity_note(self) -> str:
@@ -273,7 +273,7 @@ def _summary(method: str, prompt_set: str, batch_size: int, prompts: int, best: 
                           stage_seconds={k: v for k, v in total.stage_seconds.items()})
     if total.filter is not None:
         result.filter = total.filter.to_dict()
-        result.filter_share = total.stage_seconds["filter"] / total.seconds if total.seconds else None
+        result.filter_share = total.filter_share
     if total.plan is not None:
         plan = total.plan.to_dict()
         result.plan = plan

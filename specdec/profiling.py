@@ -32,6 +32,8 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
+from .checks import is_int
+
 if TYPE_CHECKING:
     from .cache import TreeCache
     from .tree import TreeBatch
@@ -93,6 +95,13 @@ def finite_list(values: object, name: str, length: int) -> list[float]:
     return [float(v) for v in values]
 
 
+def positive_ints(values: object, name: str) -> list[int]:
+    """A JSON list of ints >= 1; ValueError naming `name` otherwise."""
+    if not isinstance(values, (list, tuple)) or not values or not all(is_int(v) and v >= 1 for v in values):
+        raise ValueError(f"{name}: expected a non-empty list of positive ints, got {values!r:.80}")
+    return [int(v) for v in values]
+
+
 def require_fields(doc: dict, keys: tuple[str, ...], what: str) -> None:
     missing = [k for k in keys if k not in doc]
     if missing:
@@ -122,7 +131,7 @@ def check_version(doc: dict, what: str, redo: str) -> None:
 
 def _increasing(values: object, name: str, minimum: int = 1) -> tuple[int, ...]:
     if (not isinstance(values, (list, tuple)) or len(values) < minimum
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
+            or not all(is_int(v) and v >= 1 for v in values)
             or list(values) != sorted(set(values))):
         raise ValueError(f"{name}: expected at least {minimum} increasing positive ints, got {values!r:.80}")
     return tuple(values)
@@ -168,8 +177,10 @@ class Profile:
     FORMAT = "specdec-profile"
 
     def save(self, path: str | Path) -> None:
+        from .records import atomic_write_text
+
         doc = {"format": self.FORMAT, "version": FORMAT_VERSION, **asdict(self)}
-        Path(path).write_text(json.dumps(doc, indent=1))
+        atomic_write_text(path, json.dumps(doc, indent=1))
 
     @classmethod
     def load(cls, path: str | Path) -> "Profile":
@@ -188,11 +199,19 @@ class Profile:
         batch_sizes = _increasing(doc["batch_sizes"], f"{what}: batch_sizes")
         context_sizes = _increasing(doc["context_sizes"], f"{what}: context_sizes")
         backlogs = _increasing(doc["backlogs"], f"{what}: backlogs", 2)
+        for name in ("device", "dtype", "target"):
+            if not isinstance(doc[name], str):
+                raise ValueError(f"{what}: {name} must be a string, got {doc[name]!r:.80}")
+        if doc["draft"] is not None and not isinstance(doc["draft"], str):
+            raise ValueError(f"{what}: draft must be a string or null, got {doc['draft']!r:.80}")
         for name in ("context_len", "short_context", "repeats"):
-            if not isinstance(doc[name], int) or isinstance(doc[name], bool) or doc[name] < 1:
-                raise ValueError(f"{what}: {name} must be a positive int, got {doc[name]!r}")
+            if not is_int(doc[name]) or doc[name] < 1:
+                raise ValueError(f"{what}: {name} must be a positive int, got {doc[name]!r:.80}")
         if doc["short_context"] >= doc["context_len"]:
             raise ValueError(f"{what}: short_context {doc['short_context']} must be below context_len {doc['context_len']}")
+        for name in ("spread", "versions"):
+            if not isinstance(doc.get(name) or {}, dict):
+                raise ValueError(f"{what}: {name} must be an object, got {doc[name]!r:.80}")
         tables = {}
         for name, columns, optional in (("verify_seconds", sizes, False), ("context_seconds", context_sizes, False),
                                         ("draft_seconds", sizes, True), ("catch_up_seconds", backlogs, True)):
@@ -371,15 +390,15 @@ def profile(target: PreTrainedModel, draft: PreTrainedModel | None = None, *,
 
     batch_sizes, sizes = tuple(batch_sizes), tuple(sizes)
     for name, values in (("batch_sizes", batch_sizes), ("sizes", sizes)):
-        if not values or any(not isinstance(v, int) or v < 1 for v in values) or list(values) != sorted(set(values)):
+        if not values or any(not is_int(v) or v < 1 for v in values) or list(values) != sorted(set(values)):
             raise ValueError(f"{name}: expected increasing positive ints, got {values!r}")
     if len(sizes) < 3:
         raise ValueError(f"sizes: the fit needs at least 3 tree sizes, got {sizes!r}")
-    if not isinstance(repeats, int) or repeats < 1:
+    if not is_int(repeats) or repeats < 1:
         raise ValueError(f"repeats: expected an int >= 1, got {repeats!r}")
     limit = target.config.get_text_config().max_position_embeddings
     need = max(max(sizes), max(BACKLOGS), 1 + AR_STEPS * repeats)
-    if not isinstance(context_len, int) or context_len < 4 or context_len + need > limit:
+    if not is_int(context_len) or context_len < 4 or context_len + need > limit:
         raise ValueError(f"context_len: expected an int >= 4 with context_len + {need} <= the model's {limit} "
                          f"positions, got {context_len!r}")
     if draft is not None and draft.device != target.device:
@@ -427,24 +446,21 @@ def profile(target: PreTrainedModel, draft: PreTrainedModel | None = None, *,
 
 def cached_profile(target: PreTrainedModel, draft: PreTrainedModel | None = None, *, progress: bool = True,
                    **settings) -> Profile:
-    """`profile(target, draft, **settings)`, run once per device, dtype, models and settings and kept as JSON
-    under $SPECDEC_CACHE/profiles (default ~/.cache/specdec/profiles). A cached file that no longer
-    validates (damaged, or written in an older format) is measured again."""
-    import hashlib
-    from .models import cache_dir
-    from . import __version__
+    """`profile(target, draft, **settings)`, run once per device, dtype, models' weights, package source, file
+    format and settings (`records.content_key`) and kept as JSON under $SPECDEC_CACHE/profiles (default
+    ~/.cache/specdec/profiles). A cached file that no longer validates (damaged, or written in an older
+    format) is measured again."""
+    from .records import cache_file, content_key
 
-    key = json.dumps({"device": device_name(target.device), "dtype": str(target.dtype), "target": model_name(target),
-                      "draft": model_name(draft), "specdec": __version__, "format": FORMAT_VERSION,
-                      **{k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}}, sort_keys=True)
-    root = cache_dir() / "profiles"
-    path = root / f"profile-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    key = content_key("profile", {"target": target, "draft": draft}, device=device_name(target.device),
+                      dtype=str(target.dtype), settings={"format": FORMAT_VERSION, **settings})
+    path = cache_file("profiles", "profile", key)
     if path.is_file():
         try:
             return Profile.load(path)
         except ValueError:
             pass  # a damaged or outdated cache file: profile again and overwrite it
     prof = profile(target, draft, progress=progress, **settings)
-    root.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     prof.save(path)
     return prof

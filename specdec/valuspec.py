@@ -2,13 +2,21 @@
 
 A *branch* is a root-to-leaf path of a row's tree; its score is the mean log-prob of its tokens (the
 root excluded) under a scorer model that shares the target's tokenizer. `ValuSpecFilter` keeps the union
-of the branches scoring at least tau (so the kept set is closed under ancestors) and cuts the rest; a row
-left with its root alone takes a plain AR step. tau comes from `specdec.calibrate` (a `Calibration`);
-`FixedThresholdFilter` is the paper's baseline, a fixed per-token probability cut-off.
+of the branches whose score reaches the threshold of their length, tau_d for a branch of d tokens (so
+the kept set is closed under ancestors), and cuts the rest; a row left with its root alone takes a plain
+AR step. The thresholds come from `specdec.calibrate` (a `Calibration`); ``length_aware=False`` judges
+every branch by the one tau of the paper. `FixedThresholdFilter` is the paper's baseline, a fixed
+per-token probability cut-off.
 
 Worked example, one row, root r with children a (log-prob -0.1) and b (-3.0), grandchild c under a (-0.5),
-tau = -1: branch r-a-c scores (-0.1 - 0.5) / 2 = -0.3 (kept), branch r-b scores -3.0 (cut); the verified
-tree is r, a, c.
+tau_1 = -2, tau_2 = -1: branch r-a-c (2 tokens) scores (-0.1 - 0.5) / 2 = -0.3 >= tau_2 (kept), branch
+r-b (1 token) scores -3.0 < tau_1 (cut); the verified tree is r, a, c. With ``unit="prefix"`` every node
+is judged by the threshold of its own depth: a (-0.1 >= tau_1) would qualify on its own too.
+
+Per-step gate (`ScoringGate`). Before scoring, a gate may decide from host-known quantities (the tree's
+padded width, the batch, measured timings: nothing that waits for the device) that this step is not
+worth scoring; the tree then goes to the target unfiltered, and the scorer catches up on the skipped
+steps' tokens at its next forward. Without a gate every step is scored.
 
 Scoring (`BranchScorer`). The scorer keeps its own `TreeCache` through a `DraftRunner` (prefill, and the
 catch-up chain of the tokens the target accepted last step). Each step one scorer forward covers the
@@ -27,7 +35,10 @@ forces the forward (tests compare the two).
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 from transformers import PreTrainedModel
@@ -41,25 +52,34 @@ from .state import DecodeState
 from .suppliers.base import Supplier
 from .suppliers.draft import DraftRunner
 from .tree import TreeBatch, pack_bits, unpack_bits
-from .verify import Acceptance, greedy_accept, vocab_size
+from .verify import Acceptance, greedy_accept
 
-__all__ = ["BranchScorer", "ValuSpecFilter", "FixedThresholdFilter", "keep_branches"]
+__all__ = ["BranchScorer", "ValuSpecFilter", "FixedThresholdFilter", "ScoringGate", "StepPlan", "keep_branches"]
 
 # Counters kept on the device during decoding (no sync per step), in FilterStats field order.
 _COUNTERS = ("rows", "supplier_empty", "filter_emptied", "branches", "branches_kept", "nodes", "nodes_kept",
-             "audited", "false_discards", "tokens_lost")
+             "accepted", "audited", "false_discards", "tokens_lost")
+_ACCEPTED, _AUDIT = _COUNTERS.index("accepted"), _COUNTERS.index("audited")
+
+# The defaults, chosen from bench/results/2026-12-01-cpu-valuspec-lengths/ (README, ValuSpec section).
+DEFAULT_UNIT = "prefix"
+DEFAULT_LENGTH_AWARE = True
 
 
-def keep_branches(tree: TreeBatch, scores: Tensor, tau: float, unit: str = "branch") -> Tensor:
-    """[B, T] bool: the nodes on some branch whose leaf scores >= tau, and every root.
+def keep_branches(tree: TreeBatch, scores: Tensor, taus: Tensor | float, unit: str = "branch") -> Tensor:
+    """[B, T] bool: the nodes on some branch whose leaf scores >= the threshold of its length, and every root.
 
     scores: [B, T] float32, `path_mean` of the node log-probs (a branch's score is the value at its leaf).
-    unit "prefix": any node whose own root-to-node path scores >= tau qualifies, not only leaves, so the
-    good first tokens of a branch with a bad tail survive. Either way the kept set is the union of the
-    qualifying nodes' root paths, closed under ancestors by construction.
+    taus:   [L] float32 (or one float): taus[d - 1] judges a path of d tokens, i.e. a node at depth d;
+            depths beyond L take taus[L - 1], so a single value is one tau for every length.
+    unit "prefix": any node whose own root-to-node path scores >= the threshold of its depth qualifies,
+    not only leaves, so the good first tokens of a branch with a bad tail survive. Either way the kept set
+    is the union of the qualifying nodes' root paths, closed under ancestors by construction.
     """
     B, T = tree.tokens.shape
-    good = (tree.leaves if unit == "branch" else tree.valid) & (scores >= tau)  # [B, T]
+    taus = torch.as_tensor(taus, dtype=torch.float32, device=scores.device).reshape(-1)  # [L]
+    bar = taus[tree.depth.clamp(1, taus.shape[0]) - 1]  # [B, T]: the threshold of each node's path length
+    good = (tree.leaves if unit == "branch" else tree.valid) & (scores >= bar)  # [B, T]
     good[:, 0] = False  # a root-only tree's root is a "leaf" but no branch
     on = unpack_bits(tree.ancestor_mask, T) & good[:, :, None]  # [B, leaf, node]
     keep = on.any(1)
@@ -82,16 +102,20 @@ def compact(tree: TreeBatch, keep: Tensor) -> TreeBatch:
 
 
 class _ScorerRunner(DraftRunner):
-    """A `DraftRunner` whose step is one forward over the catch-up chain and a whole tree at once."""
+    """A `DraftRunner` whose step is one forward over its backlog and a whole tree at once.
+
+    A step without a forward (a gate skipped scoring) leaves the backlog pending: `commit` appends the
+    step's accepted tokens to it, so the next forward catches up on every skipped step at once.
+    """
 
     def forward_tree(self, tree: TreeBatch) -> Tensor:
-        """Forward the pending chain and the tree's non-root nodes; commit the chain, drop the tree.
+        """Forward the backlog and the tree's non-root nodes; commit the backlog, drop the tree (at `commit`).
 
-        Returns the final hidden state [B, T, d] at every tree node (node 0: the root, the chain's last
-        token). The chain C [B, C] is ragged (n_b real tokens); tree nodes attend to the row's n_b chain
+        Returns the final hidden state [B, T, d] at every tree node (node 0: the root, the backlog's last
+        token). The backlog C [B, C] is ragged (n_b real tokens); tree nodes attend to the row's n_b backlog
         tokens and to their own non-root ancestors.
         """
-        chain, cache = self._pending, self.cache
+        chain, cache = self.backlog_chain(), self.cache
         B, C = chain.tokens.shape
         T = tree.size
         n = chain.num_nodes  # [B]
@@ -102,12 +126,29 @@ class _ScorerRunner(DraftRunner):
                           torch.cat([sees_chain, tree_bits], 2)], 1)  # [B, C + T - 1, C + T - 1]
         base = cache.positions()  # [B]: position of the chain's first token
         positions = torch.cat([chain.positions(base), tree.positions(base + n - 1)[:, 1:]], 1)
-        tokens = torch.cat([chain.tokens, tree.tokens[:, 1:]], 1)
+        tokens = self.vocab.ids(torch.cat([chain.tokens, tree.tokens[:, 1:]], 1))
         hidden = tree_forward(self.draft, cache, tokens, positions, pack_bits(bits), backend=self.backend,
                               hidden_states=True)  # [B, N, d]: K3 projects only the scored tokens
-        cache.commit_prefix(n, self._pending_host)
+        cache.commit_prefix(n, self.backlog)
+        self.backlog = np.zeros_like(self.backlog)
         root = hidden.gather(1, (n - 1)[:, None, None].expand(B, 1, hidden.shape[-1]))  # [B, 1, d]
         return torch.cat([root, hidden[:, C:]], 1)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What the filter does in one step, decided before the step is scored."""
+
+    score: bool = True  # False: no scoring; the tree goes to the target whole
+
+
+class ScoringGate(ABC):
+    """Decides per step whether `ValuSpecFilter` scores, from host-known quantities only (the tree's padded
+    width ``tree.size``, the batch, the host state, timings measured so far): a gate must not read device
+    tensors, which would add a host sync to every step."""
+
+    @abstractmethod
+    def plan(self, tree: TreeBatch, state: DecodeState) -> StepPlan: ...
 
 
 class BranchScorer:
@@ -135,13 +176,15 @@ class BranchScorer:
         self.reuse_draft_logp = reuse_draft_logp
         self.backend = backend
         self.runner = _ScorerRunner(model, backend)
+        self._shared = self._head_weight.shape[0]  # rows scored; `attach` limits them to the target's ids
         self.reusing = False
 
     def attach(self, target: PreTrainedModel, supplier: Supplier | None = None) -> None:
-        if vocab_size(self.model) != vocab_size(target):
-            raise ValueError(f"scorer: vocabulary of {vocab_size(self.model)} tokens, the target's has "
-                             f"{vocab_size(target)}; a scorer must share the target's tokenizer")
+        """A scorer with more or fewer embedding rows than the target (one tokenizer, different padding)
+        scores over the ids both share: its softmax runs over those rows of its LM head only, and a token
+        beyond them gets log-prob -inf (`specdec.vocab`)."""
         self.runner.attach(target)
+        self._shared = self.runner.vocab.size
         runner = getattr(supplier, "runner", None)
         self.reusing = self.reuse_draft_logp and isinstance(runner, DraftRunner) and runner.draft is self.model
 
@@ -157,6 +200,8 @@ class BranchScorer:
     def node_logprobs(self, tree: TreeBatch) -> Tensor:
         """[B, T] float32: log-prob of each node's token given its path (root and padding: 0)."""
         B, T = tree.tokens.shape
+        if T == 1 and self.reusing:  # a plain step of the draft's supplier: nothing to score (no scorer cache)
+            return torch.zeros(B, 1, dtype=torch.float32, device=tree.device)
         parents = tree._parents.clamp(min=0)  # padding nodes point at the root; their values are ignored
         if self.reusing and tree.logp is not None:
             logp = tree.logp - tree.logp.gather(1, parents)  # path log-probs -> per-token
@@ -165,8 +210,13 @@ class BranchScorer:
         if T == 1:
             return torch.zeros(B, 1, dtype=torch.float32, device=tree.device)
         at_parent = hidden.gather(1, parents[:, 1:, None].expand(B, T - 1, hidden.shape[-1]))  # [B, T-1, d]
-        lp = ops.token_logprob(at_parent.reshape(B * (T - 1), -1), self._head_weight, tree.tokens[:, 1:].reshape(-1),
-                               bias=self._head_bias, backend=self.backend)
+        targets = tree.tokens[:, 1:].reshape(-1)  # [N]
+        known = self.runner.vocab.known(targets)  # ids the scorer shares with the target
+        n = self._shared
+        bias = None if self._head_bias is None else self._head_bias[:n]
+        lp = ops.token_logprob(at_parent.reshape(B * (T - 1), -1), self._head_weight[:n], torch.where(known, targets, 0),
+                               bias=bias, backend=self.backend)
+        lp = torch.where(known, lp, float("-inf"))
         logp = torch.cat([torch.zeros(B, 1, dtype=torch.float32, device=tree.device), lp.view(B, T - 1)], 1)
         return torch.where(tree.valid, logp, 0.0)
 
@@ -176,32 +226,44 @@ class BranchScorer:
 
 
 class ValuSpecFilter(TreeFilter):
-    """Keep the branches whose score reaches the calibrated tau; the root alone when none does.
+    """Keep the branches whose score reaches the calibrated threshold of their length; the root alone when
+    none does.
 
-    scorer: a causal LM or a `BranchScorer`. calibration: a `Calibration` (its `tau` is used).
+    scorer: a causal LM or a `BranchScorer`. calibration: a `Calibration`.
     unit: "branch" (the paper's rule: a branch is kept whole or not at all) or "prefix" (see
-    `keep_branches`; an option of ours, calibrated the same way).
+    `keep_branches`: every node whose own path reaches the threshold of its depth qualifies, with its
+    ancestors). length_aware: judge a path of d tokens by tau_d (True) or every path by the calibration's
+    single tau (False: the paper's rule, `Calibration.tau`). ``unit="branch", length_aware=False`` is the
+    paper's filter; the defaults are the configuration the README's measurements chose.
     audit: also run the target over the unfiltered tree (a second target cache, so twice the target's
     KV memory and one more target forward per step) to count false discards: row-steps where the target
     would have accepted more tokens of the unfiltered tree than of the kept one. Diagnostic only.
+    gate: a `ScoringGate` deciding per step whether to score (None: every step).
     """
 
-    def __init__(self, scorer: PreTrainedModel | BranchScorer, calibration: Calibration, *, audit: bool = False,
-                 unit: str = "branch"):
+    def __init__(self, scorer: PreTrainedModel | BranchScorer, calibration: Calibration, *, unit: str = DEFAULT_UNIT,
+                 length_aware: bool = DEFAULT_LENGTH_AWARE, audit: bool = False, gate: ScoringGate | None = None):
         if not isinstance(calibration, Calibration):
             raise ValueError(f"calibration: expected a specdec Calibration, got {type(calibration).__name__}")
-        self._init(scorer, calibration.tau, audit, unit)
+        if not isinstance(length_aware, bool):
+            raise ValueError(f"length_aware: expected a bool, got {length_aware!r}")
+        self._init(scorer, calibration.taus if length_aware else (calibration.tau,), audit, unit, gate)
         self.calibration = calibration
+        self.length_aware = length_aware
 
-    def _init(self, scorer: PreTrainedModel | BranchScorer, tau: float, audit: bool, unit: str) -> None:
+    def _init(self, scorer: PreTrainedModel | BranchScorer, taus: tuple[float, ...], audit: bool, unit: str,
+              gate: ScoringGate | None) -> None:
         if not isinstance(audit, bool):
             raise ValueError(f"audit: expected a bool, got {audit!r}")
         if unit not in ("branch", "prefix"):
             raise ValueError(f"unit: expected 'branch' or 'prefix', got {unit!r}")
+        if gate is not None and not isinstance(gate, ScoringGate):
+            raise ValueError(f"gate: expected a specdec ScoringGate, got {type(gate).__name__}")
         self.unit = unit
         self.scorer = scorer if isinstance(scorer, BranchScorer) else BranchScorer(scorer)
-        self.tau = float(tau)
+        self.taus = tuple(float(t) for t in taus)  # taus[d - 1]: the threshold of a d-token path; one: every length
         self.audit = audit
+        self.gate = gate
         self._auditor: _ScorerRunner | None = None
         self._counts: Tensor | None = None
 
@@ -217,20 +279,30 @@ class ValuSpecFilter(TreeFilter):
         self.scorer.start(state, region)
         if self._auditor is not None:
             self._auditor.start(state, region)
-        self._counts = torch.zeros(len(_COUNTERS), dtype=torch.int64, device=state.root.device)
+        device = state.root.device
+        self._taus = torch.tensor(self.taus, dtype=torch.float32, device=device)  # [L]
+        self._counts = torch.zeros(len(_COUNTERS), dtype=torch.int64, device=device)
+        self._unscored = 0  # host count: the gate decides on the host
 
     def commit(self, acc: Acceptance) -> None:
         self.scorer.commit(acc)
         if self._auditor is not None:
             self._auditor.commit(acc)
+        # finished rows were verified as their root alone: they accept nothing
+        self._counts[_ACCEPTED] += acc.num_accepted.sum()
 
     def filter(self, tree: TreeBatch, state: DecodeState) -> TreeBatch:
-        keep = keep_branches(tree, self.scorer.scores(tree), self.tau, self.unit)
+        plan = self.gate.plan(tree, state) if self.gate is not None else StepPlan()
         active = state.active()
+        if plan.score:
+            keep = keep_branches(tree, self.scorer.scores(tree), self._taus, self.unit)
+        else:
+            keep = tree.valid
+            self._unscored += int((~state.finished).sum())  # host state: no sync
         self._count(tree, keep, active)
         if self._auditor is not None:
             self._count_audit(tree, keep, active)
-        return compact(tree, keep)
+        return compact(tree, keep) if plan.score else tree
 
     def _count(self, tree: TreeBatch, keep: Tensor, active: Tensor) -> None:
         """Accumulate this step's counters on the device (no sync)."""
@@ -242,7 +314,7 @@ class ValuSpecFilter(TreeFilter):
         step = torch.stack([active.sum(), (~had & active).sum(), (had & ~kept_any).sum(),
                             (leaf.sum(1) * active).sum(), ((leaf & keep).sum(1) * active).sum(),
                             (cand.sum(1) * active).sum(), ((cand & keep).sum(1) * active).sum()])
-        self._counts[:7] += step
+        self._counts[:_ACCEPTED] += step
 
     def _count_audit(self, tree: TreeBatch, keep: Tensor, active: Tensor) -> None:
         """Verify the unfiltered tree with the target's second cache; a false discard is a row whose
@@ -254,12 +326,13 @@ class ValuSpecFilter(TreeFilter):
         kept = (keep.gather(1, node_index.clamp(min=0)) & on_path)[:, 1:]
         kept_len = kept.to(torch.int64).cumprod(1).sum(1)  # accepted tokens the kept tree still holds
         lost = torch.where(active, full - kept_len, 0)
-        self._counts[7:] += torch.stack([active.sum(), (lost > 0).sum(), lost.sum()])
+        self._counts[_AUDIT:] += torch.stack([active.sum(), (lost > 0).sum(), lost.sum()])
 
     def report(self) -> FilterStats | None:
         if self._counts is None:
             return None
-        return FilterStats(**dict(zip(_COUNTERS, self._counts.tolist())))  # one sync per generate call
+        counts = dict(zip(_COUNTERS, self._counts.tolist()))  # one sync per generate call
+        return FilterStats(**counts, unscored=self._unscored)
 
 
 class FixedThresholdFilter(ValuSpecFilter):
@@ -267,9 +340,10 @@ class FixedThresholdFilter(ValuSpecFilter):
     fixed cut-off, ``tau = log(probability)``, with no calibration. The paper sweeps 0.3 to 0.8."""
 
     def __init__(self, scorer: PreTrainedModel | BranchScorer, probability: float, *, audit: bool = False,
-                 unit: str = "branch"):
+                 unit: str = "branch", gate: ScoringGate | None = None):
         if isinstance(probability, bool) or not isinstance(probability, (int, float)) or not 0 < probability <= 1:
             raise ValueError(f"probability: expected a number in (0, 1], got {probability!r}")
-        self._init(scorer, math.log(probability), audit, unit)
+        self._init(scorer, (math.log(probability),), audit, unit, gate)
         self.probability = float(probability)
         self.calibration = None
+        self.length_aware = False

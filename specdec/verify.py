@@ -107,8 +107,37 @@ class TreeVerifier:
         return TreeCache.for_model(self.model, batch_size, capacity)
 
     def prefill(self, cache: TreeCache, input_ids: Tensor, start: Tensor) -> None:
-        """Commit a left-padded prompt block (everything before the first root) to an empty cache."""
+        """Commit a left-padded prompt block (everything before the first root) to an empty cache.
+
+        input_ids: [B, P] int64, B the cache's batch size; start: [B] int64, the pad columns of each row
+        (0 <= start[b] <= P). Pad columns may hold any value; the others must be ids of the target's
+        vocabulary. ValueError/TypeError naming the argument otherwise, before the cache changes.
+        """
+        if not isinstance(cache, TreeCache):
+            raise TypeError(f"cache: expected a TreeCache, got {type(cache).__name__}")
+        input_ids = self._check_block(input_ids, start, cache)
         prefill(self.model, cache, input_ids, start, backend=self.backend)
+
+    def _check_block(self, ids: object, start: object, cache: TreeCache) -> Tensor:
+        """Check a left-padded prompt block for `cache` (see `prefill`); returns the ids with 0 in the pad
+        columns. One host sync (the data checks), once per sequence."""
+        B, device = cache.batch_size, cache.device
+        if not isinstance(ids, Tensor) or ids.ndim != 2 or ids.shape[0] != B:
+            shape = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
+            raise ValueError(f"input_ids: expected a [{B}, P] tensor (the cache's {B} rows), got {shape}")
+        if ids.dtype != torch.int64 or ids.device != device:
+            raise TypeError(f"input_ids: expected int64 on {device}, got {ids.dtype} on {ids.device}")
+        if not isinstance(start, Tensor) or start.shape != (B,) or start.dtype != torch.int64 or start.device != device:
+            got = f"{tuple(start.shape)} {start.dtype} on {start.device}" if isinstance(start, Tensor) else repr(start)
+            raise ValueError(f"start: expected a [{B}] int64 tensor on {device}, got {got}")
+        P = ids.shape[1]
+        if bool(((start < 0) | (start > P)).any()):
+            raise ValueError(f"start: pad counts must lie in [0, {P}], got {start.tolist()}")
+        real = torch.arange(P, device=device)[None, :] >= start[:, None]  # [B, P]
+        if bool((((ids < 0) | (ids >= self.vocab_size)) & real).any()):
+            raise ValueError(f"input_ids: token ids outside the target's vocabulary [0, {self.vocab_size}) after "
+                             "the pad columns")
+        return torch.where(real, ids, 0)
 
     def verify(self, tree: TreeBatch, cache: TreeCache | DynamicCache, *, validate: bool = True,
                prompt: PromptBlock | None = None) -> Acceptance:
@@ -124,7 +153,7 @@ class TreeVerifier:
         """
         tree.check_shapes()
         if prompt is not None:
-            self._check_prompt(prompt, tree, cache)
+            prompt = self._check_prompt(prompt, tree, cache)
         if not isinstance(cache, (TreeCache, DynamicCache)):
             raise TypeError(f"cache: expected a TreeCache or a DynamicCache, got {type(cache).__name__}")
         batch = cache.batch_size if isinstance(cache, TreeCache) else 1
@@ -152,18 +181,18 @@ class TreeVerifier:
         cache.commit(acc.node_index, acc.num_accepted + 1, acc.host_num_accepted + 1, acc.host_node_index)
         return acc
 
-    def _check_prompt(self, prompt: PromptBlock, tree: TreeBatch, cache: TreeCache | DynamicCache) -> None:
+    def _check_prompt(self, prompt: PromptBlock, tree: TreeBatch, cache: TreeCache | DynamicCache) -> PromptBlock:
+        """The prompt block, checked (`_check_block`) for the tree's batch and an empty `cache`."""
         if not isinstance(cache, TreeCache):
             raise ValueError("prompt: a prompt block rides only on a TreeCache (prefill a DynamicCache yourself)")
-        ids, start = prompt
-        B = tree.batch_size
-        if ids.ndim != 2 or ids.shape[0] != B or ids.dtype != torch.int64 or ids.device != cache.device:
-            raise ValueError(f"prompt: input_ids expected [{B}, P] int64 on {cache.device}, got {tuple(ids.shape)} "
-                             f"{ids.dtype} on {ids.device}")
-        if start.shape != (B,) or start.dtype != torch.int64 or start.device != cache.device:
-            raise ValueError(f"prompt: start expected [{B}] int64 on {cache.device}, got {tuple(start.shape)} {start.dtype}")
+        if tree.batch_size != cache.batch_size:
+            raise ValueError(f"tree: batch of {tree.batch_size} rows, the cache holds {cache.batch_size}")
         if cache.tree_len or cache.host_length.any():
             raise ValueError("cache: a prompt block needs an empty cache")
+        try:
+            return PromptBlock(self._check_block(prompt.input_ids, prompt.start, cache), prompt.start)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"prompt: {err}") from None
 
     def _forward_with_prompt(self, tree: TreeBatch, cache: TreeCache, prompt: PromptBlock) -> Tensor:
         """One target forward over the prompt block and the tree as one region; the block is committed

@@ -59,12 +59,6 @@ def test_tree_and_cache_batch_mismatch(target):
         verifier.verify(TreeBatch.from_parents([[5]], [[-1]]), cache)
 
 
-def test_draft_with_another_vocabulary(target):
-    other = make_model("llama", vocab_size=120)
-    with pytest.raises(ValueError, match="draft: vocabulary of 120 tokens, the target's has 96"):
-        specdec.SpeculativeGenerator(target, specdec.DraftSupplier(other))
-
-
 @pytest.mark.parametrize("kwargs, match", [
     (dict(max_new_tokens=0), "max_new_tokens: expected an int > 0"),
     (dict(max_new_tokens=-3), "max_new_tokens: expected an int > 0"),

@@ -214,14 +214,15 @@ def test_tokenizer_mismatch_raises(tmp_path, qwen_sized):
 
 
 def test_truncated_or_corrupt_files_raise(tmp_path):
-    Datastore.build(None, [np.arange(50) % 7], tmp_path, vocab_size=7, progress=False)
-    suffixes = (tmp_path / "suffix_array.npy").read_bytes()
-    (tmp_path / "tokens.npy").write_bytes((tmp_path / "tokens.npy").read_bytes()[:-20])
+    store = Datastore.build(None, [np.arange(50) % 7], tmp_path, vocab_size=7, progress=False)
+    arrays = tmp_path / store.header["generation"]
+    suffixes = (arrays / "suffix_array.npy").read_bytes()
+    (arrays / "tokens.npy").write_bytes((arrays / "tokens.npy").read_bytes()[:-20])
     with pytest.raises(ValueError, match="tokens.npy: truncated, corrupt or missing"):
         Datastore.open(tmp_path)
-    Datastore.build(None, [np.arange(60) % 7], tmp_path, vocab_size=7, progress=False)
-    (tmp_path / "suffix_array.npy").write_bytes(suffixes)  # another store's suffix array
-    with pytest.raises(ValueError, match=r"suffix_array.npy: int32\[51\] .* the header says int32/int64\[61\]"):
+    store = Datastore.build(None, [np.arange(60) % 7], tmp_path, vocab_size=7, progress=False)
+    (tmp_path / store.header["generation"] / "suffix_array.npy").write_bytes(suffixes)  # another store's array
+    with pytest.raises(ValueError, match=r"suffix_array.npy: int32\[51\] .* the header says int32\[61\]"):
         Datastore.open(tmp_path)
     (tmp_path / "datastore.json").write_text("{not json")
     with pytest.raises(ValueError, match="is not valid JSON"):
@@ -466,7 +467,7 @@ def test_cli_datastore_build_info_generate_and_bench(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["datastore", "info", "{tmp}"], "path: {tmp} holds no datastore"),
     (["datastore", "build", "--tokenizer", "/no/such/tokenizer", "--out", "{tmp}/s", "{tmp}"],
-     "--tokenizer: cannot load"),
+     "--tokenizer: no checkpoint at /no/such/tokenizer"),
     (["datastore", "build", "--tokenizer", "demo-target", "--out", "{tmp}/s", "{tmp}/missing"],
      "sources: no such file or folder"),
     (["generate", "--target", str(pair_path("target")), "--method", "retrieval", "--prompt", "x"],

@@ -259,7 +259,7 @@ def test_prompt_block_errors():
     verifier = specdec.TreeVerifier(target)
     cache = verifier.new_cache(1, 20)
     tree = TreeBatch.from_parents([[5]], [[-1]])
-    with pytest.raises(ValueError, match=r"prompt: input_ids expected \[1, P\] int64"):
+    with pytest.raises(ValueError, match=r"prompt: input_ids: expected a \[1, P\] tensor"):
         verifier.verify(tree, cache, prompt=specdec.verify.PromptBlock(torch.zeros(2, 3, dtype=torch.int64),
                                                                       torch.zeros(1, dtype=torch.int64)))
     verifier.verify(tree, cache)

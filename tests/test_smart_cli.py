@@ -47,7 +47,7 @@ def test_generate_smart_matches_hf_generate(saved, profiled, capsys, extra):  # 
     (["--method", "smart", "--draft", "{root}/draft", "--profile", "{root}/missing.json"], "profile: no file at"),
     (["--method", "smart"], "--draft: method 'smart' needs a draft model"),
     (["--method", "ar", "--prompts-file", "{root}/none.txt"], "--prompts-file: no file at"),
-    (["--method", "ar", "--target", "{root}/no-such-model"], "model: no checkpoint at"),
+    (["--method", "ar", "--target", "{root}/no-such-model"], "--target: no checkpoint at"),
 ])
 def test_user_errors_are_one_line(saved, capsys, args, message):  # noqa: F811
     root, _, _ = saved

@@ -160,7 +160,7 @@ def test_cli_generate_tensor_parallel_prints_what_one_process_prints(capsys):
 def test_cli_tensor_parallel_outside_torchrun_is_an_error(capsys, monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     assert main(["generate", "--target", "demo-target", "--method", "ar", "--prompt", "x", "--tensor-parallel"]) == 2
-    assert "tensor_parallel: needs several processes: launch with torchrun" in capsys.readouterr().err
+    assert "--tensor-parallel: needs several processes: launch with torchrun" in capsys.readouterr().err
 
 
 def test_a_device_map_onto_one_device_is_served(tmp_path):

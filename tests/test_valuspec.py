@@ -27,9 +27,10 @@ from test_retrieval import eos_mid_batch_case, store_of_outputs
 from test_smart import MODERATE, fixed_cost, state_for
 
 
-def calibration(tau: float, **kw) -> Calibration:
-    fields = dict(tau=tau, delta=0.05, window=4, target="t", scorer="s", num_prompts=1, num_windows=10,
-                  max_new_tokens=16)
+def calibration(*taus: float, **kw) -> Calibration:
+    """A calibration with the given tau_1, tau_2, ... (one value: one tau for every length)."""
+    fields = dict(taus=taus, num_windows=[10] * len(taus), window=min(4, len(taus)), delta=0.05, target="t",
+                  scorer="s", num_prompts=1, max_new_tokens=16)
     return Calibration(**{**fields, **kw})
 
 
@@ -42,6 +43,8 @@ class FixedLogprobs(BranchScorer):
     def attach(self, target, supplier=None) -> None: ...
 
     def start(self, state, region) -> None: ...
+
+    def commit(self, acc) -> None: ...
 
     def node_logprobs(self, tree):
         return self.logp
@@ -84,7 +87,7 @@ def test_prefix_unit_keeps_good_prefixes_of_bad_branches(tau, keep):
 def test_filter_compacts_counts_and_falls_back_to_the_root():
     target = make_model("llama")
     tree = TreeBatch.from_parents(TOKENS, PARENTS, [4, 5], logp=LOGP)
-    filt = ValuSpecFilter(FixedLogprobs(LOGP), calibration(-0.5))
+    filt = ValuSpecFilter(FixedLogprobs(LOGP), calibration(-0.5), unit="branch")
     filt.attach(target, specdec.ARSupplier())
     state = state_for(*ragged_prompts([4, 6]))
     filt.start(state)
@@ -104,7 +107,7 @@ def test_filter_compacts_counts_and_falls_back_to_the_root():
 
 def test_fixed_threshold_is_a_probability_cut_off():
     filt = FixedThresholdFilter(FixedLogprobs(LOGP), 0.5)
-    assert filt.tau == math.log(0.5)
+    assert filt.taus == (math.log(0.5),) and filt.unit == "branch"  # one tau for every length, the paper's rule
     for bad in (0.0, 1.5, True, "0.5"):
         with pytest.raises(ValueError, match="probability: expected a number in"):
             FixedThresholdFilter(FixedLogprobs(LOGP), bad)
@@ -185,23 +188,32 @@ def test_threshold_is_the_lower_delta_quantile():
 
 @pytest.mark.hf
 def test_calibrate_scores_windows_of_the_targets_greedy_output(tmp_path):
+    """tau_d for d = 1..4 against windows of the target's greedy output, each scored as a branch of its own
+    by a plain forward of the scorer."""
     target, scorer = make_model("llama"), make_model("llama", seed=3)
     prompts = [[5, 6, 7, 8], [9, 10, 11, 12, 13, 14]]
-    cal = calibrate(target, scorer, prompts, max_new_tokens=10, window=3, delta=0.2)
-    want, outputs = [], []
+    cal = calibrate(target, scorer, prompts, max_new_tokens=10, window=3, max_length=4, delta=0.2)
+    outputs = []
     for p in prompts:
         new = reference(target, torch.tensor([p]), torch.ones(1, len(p), dtype=torch.int64), 10, eos=[])[0, len(p):]
         outputs.append(new.tolist())
-        for t in range(len(new) - 3 + 1):  # every whole window, each scored as a branch of its own
-            branch = TreeBatch.chain(torch.tensor([[p[-1]] + new[t:t + 3].tolist()]), torch.tensor([4]))
-            want += plain_branch_scores(scorer, p + new[:t].tolist(), branch, 0).values()
-    assert cal.num_windows == len(want) == 16 and cal.num_prompts == 2 and cal.window == 3
-    assert cal.tau == pytest.approx(threshold(np.array(want), 0.2), abs=1e-5)
-    assert calibrate(target, scorer, prompts, max_new_tokens=10, window=3, delta=0.2, outputs=outputs) == cal
+    for d in range(1, 5):
+        want = []
+        for p, new in zip(prompts, outputs):
+            for t in range(len(new) - d + 1):  # every whole window, each scored as a branch of its own
+                branch = TreeBatch.chain(torch.tensor([[p[-1]] + new[t:t + d]]), torch.tensor([d + 1]))
+                want += plain_branch_scores(scorer, p + new[:t], branch, 0).values()
+        assert cal.num_windows[d - 1] == len(want) == 2 * (10 - d + 1)
+        assert cal.taus[d - 1] == pytest.approx(threshold(np.array(want), 0.2), abs=1e-5), d
+    assert cal.num_prompts == 2 and cal.window == 3 and cal.tau == cal.taus[2] and len(cal.taus) == 4
+    assert calibrate(target, scorer, prompts, max_new_tokens=10, window=3, max_length=4, delta=0.2,
+                     outputs=outputs) == cal
     cal.save(tmp_path / "c.json")
     assert Calibration.load(tmp_path / "c.json") == cal
     with pytest.raises(ValueError, match="window: 20 tokens exceeds max_new_tokens 10"):
         calibrate(target, scorer, prompts, max_new_tokens=10, window=20)
+    with pytest.raises(ValueError, match="max_length: 11 tokens exceeds max_new_tokens 10"):
+        calibrate(target, scorer, prompts, max_new_tokens=10, window=3, max_length=11)
     with pytest.raises(ValueError, match="delta: expected a number in"):
         calibrate(target, scorer, prompts, delta=1.0)
 
@@ -209,17 +221,21 @@ def test_calibrate_scores_windows_of_the_targets_greedy_output(tmp_path):
 @pytest.mark.parametrize("edit, match", [
     (lambda d: "not json {", "not readable as JSON"),
     (lambda d: {**d, "format": "x"}, "not a ValuSpec calibration"),
-    (lambda d: {**d, "version": 9}, "version 9, expected 1"),
-    (lambda d: {k: v for k, v in d.items() if k != "tau"}, r"missing fields \['tau'\]"),
-    (lambda d: {**d, "tau": 0.5}, "tau must be a finite mean log-prob"),
-    (lambda d: {**d, "tau": "low"}, "tau must be float"),
+    (lambda d: {**d, "version": 9}, "version 9, expected 1 or 2"),
+    (lambda d: {k: v for k, v in d.items() if k != "taus"}, r"missing fields \['taus'\]"),
+    (lambda d: {**d, "tau": -1.0}, r"unknown fields \['tau'\]"),
+    (lambda d: {**d, "taus": [-2.0, 0.5]}, r"taus\[1\] \(tau_2\) must be a finite mean log-prob"),
+    (lambda d: {**d, "taus": [-2.0, "low"]}, r"taus\[1\] \(tau_2\) must be a finite mean log-prob"),
+    (lambda d: {**d, "taus": []}, "taus must be a non-empty list"),
+    (lambda d: {**d, "taus": -2.0}, "taus must be a non-empty list"),
+    (lambda d: {**d, "num_windows": [10]}, "num_windows has 1 entries, taus 2"),
+    (lambda d: {**d, "num_windows": [10, 0]}, r"num_windows\[1\] must be an int >= 1"),
     (lambda d: {**d, "delta": 1.5}, r"delta must lie in \(0, 1\)"),
     (lambda d: {**d, "window": 2.5}, "window must be int"),
-    (lambda d: {**d, "num_windows": 0}, "num_windows must be >= 1"),
 ])
 def test_corrupt_calibration_files_raise(tmp_path, edit, match):
     path = tmp_path / "c.json"
-    calibration(-2.0).save(path)
+    calibration(-2.0, -1.5).save(path)
     data = edit(json.loads(path.read_text()))
     path.write_text(data if isinstance(data, str) else json.dumps(data))
     with pytest.raises(ValueError, match=match):
@@ -229,55 +245,49 @@ def test_corrupt_calibration_files_raise(tmp_path, edit, match):
 
 
 # ------------------------------------------------------------------------------------ output identity
+# Filter configurations: thresholds by length with either unit, and the paper's rule (whole branches, one tau).
+CONFIGS = {"branch": dict(unit="branch"), "prefix": dict(unit="prefix"),
+           "paper": dict(unit="branch", length_aware=False)}
+CAL_PROMPTS = [[5, 6, 7, 8, 9], [20, 30, 40, 50]]
+DELTA = 0.4  # high, so that the filter visibly cuts (at 0.05 these sharp tiny models keep nearly every branch)
+
+
 @pytest.fixture(scope="module")
 def tau(models):
-    """Per architecture: tau for the perturbed model scoring the target's output, at delta 0.5 so that
-    the filter visibly cuts (at 0.05 these sharp tiny models keep nearly every branch)."""
+    """Per architecture: thresholds by length (1..16) for the perturbed model scoring the target's output."""
     _, target, noisy = models
-    return calibrate(target, noisy, [[5, 6, 7, 8, 9], [20, 30, 40, 50]], max_new_tokens=16, window=4, delta=0.5)
+    return calibrate(target, noisy, CAL_PROMPTS, max_new_tokens=16, window=4, delta=DELTA)
 
 
 def check_filtered(out, ref, arch):
     assert torch.equal(out.sequences, ref), arch
     f = out.stats.filter
     assert 0 < f.nodes_kept < f.nodes, f  # the filter cut something and kept something
+    assert f.rows == len(out.stats.accepted_lengths) and f.accepted <= f.nodes_kept
 
 
 @pytest.mark.hf
+@pytest.mark.parametrize("config", sorted(CONFIGS))
 @pytest.mark.parametrize("lengths", [[7], [5, 11, 8]], ids=["batch1", "ragged3"])
-def test_identity_retrieval(tmp_path, models, tau, lengths):
+def test_identity_retrieval(tmp_path, models, tau, lengths, config):
     arch, target, noisy = models
     ids, mask = ragged_prompts(lengths)
     ref = reference(target, ids, mask, 24, eos=None)
     store = store_of_outputs(tmp_path, ids, mask, ref[:, ids.shape[1]:ids.shape[1] + 16])
     gen = specdec.SpeculativeGenerator(target, specdec.RetrievalSupplier(store, continuation=6, budget=12),
-                                       filter=ValuSpecFilter(noisy, tau))
+                                       filter=ValuSpecFilter(noisy, tau, **CONFIGS[config]))
     check_filtered(gen.generate(ids, attention_mask=mask, max_new_tokens=24, pad_token_id=0, eos_token_id=[]), ref, arch)
 
 
 @pytest.mark.hf
-def test_identity_retrieval_prefix_unit(tmp_path):
-    target = make_model("qwen2")
-    noisy = perturbed(target)
-    ids, mask = ragged_prompts([5, 11, 8])
-    ref = reference(target, ids, mask, 24, eos=None)
-    store = store_of_outputs(tmp_path, ids, mask, ref[:, ids.shape[1]:ids.shape[1] + 16])
-    cal = calibrate(target, noisy, [[5, 6, 7, 8, 9], [20, 30, 40, 50]], max_new_tokens=16, window=4, delta=0.5)
-    gen = specdec.SpeculativeGenerator(target, specdec.RetrievalSupplier(store, continuation=6, budget=12),
-                                       filter=ValuSpecFilter(noisy, cal, unit="prefix"))
-    check_filtered(gen.generate(ids, attention_mask=mask, max_new_tokens=24, pad_token_id=0, eos_token_id=[]), ref,
-                   "qwen2")
-
-
-@pytest.mark.hf
-@pytest.mark.parametrize("scorer", ["draft", "target"])
+@pytest.mark.parametrize("scorer, config", [("draft", "prefix"), ("target", "branch")])
 @pytest.mark.parametrize("lengths", [[7], [5, 11, 8]], ids=["batch1", "ragged3"])
-def test_identity_draft_tree(models, tau, lengths, scorer):
+def test_identity_draft_tree(models, tau, lengths, scorer, config):
     """scorer "draft": the supplier's own log-probs are reused; "target": a second model's forward."""
     arch, target, noisy = models
     ids, mask = ragged_prompts(lengths)
     ref = reference(target, ids, mask, 24, eos=None)
-    filt = ValuSpecFilter(noisy if scorer == "draft" else target, tau)
+    filt = ValuSpecFilter(noisy if scorer == "draft" else target, tau, **CONFIGS[config])
     gen = specdec.SpeculativeGenerator(target, specdec.DraftSupplier(noisy, mode="tree", depth=4, topk=3,
                                                                      total_tokens=10), filter=filt)
     check_filtered(gen.generate(ids, attention_mask=mask, max_new_tokens=24, pad_token_id=0, eos_token_id=[]), ref, arch)
@@ -288,9 +298,11 @@ def test_identity_draft_tree(models, tau, lengths, scorer):
 def test_identity_eos_mid_batch(tmp_path, models, tau):
     arch, target, noisy = models
     ids, mask, eos, ref, store = eos_mid_batch_case(tmp_path, target)
-    for supplier in (specdec.RetrievalSupplier(store, continuation=5, budget=16),
-                     specdec.DraftSupplier(noisy, mode="tree", depth=4, topk=3, total_tokens=10)):
-        gen = specdec.SpeculativeGenerator(target, supplier, filter=ValuSpecFilter(target, tau))
+    for supplier, unit in ((specdec.RetrievalSupplier(store, continuation=5, budget=16), "branch"),
+                           (specdec.RetrievalSupplier(store, continuation=5, budget=16), "prefix"),
+                           (specdec.DraftSupplier(noisy, mode="tree", depth=4, topk=3, total_tokens=10), "prefix"),
+                           (specdec.DraftSupplier(noisy, mode="tree", depth=4, topk=3, total_tokens=10), "branch")):
+        gen = specdec.SpeculativeGenerator(target, supplier, filter=ValuSpecFilter(target, tau, unit=unit))
         out = gen.generate(ids, attention_mask=mask, max_new_tokens=20, eos_token_id=eos, pad_token_id=0)
         check_filtered(out, ref, arch)
         row0 = out.sequences[0, ids.shape[1]:].tolist()
@@ -299,19 +311,22 @@ def test_identity_eos_mid_batch(tmp_path, models, tau):
 
 @pytest.mark.hf
 @pytest.mark.filterwarnings("ignore:cost_model")  # a hand-made cost model, not a profile of this machine
+@pytest.mark.parametrize("unit", ["branch", "prefix"])
+@pytest.mark.parametrize("lengths", [[9], [5, 11, 8]], ids=["batch1", "ragged3"])  # 9: prompt lookup finds matches
 @pytest.mark.parametrize("method", ["chain", "smart", "prompt_lookup"])
-def test_identity_other_suppliers(method):
+def test_identity_other_suppliers(method, lengths, unit):
     target = make_model("llama")
     noisy = perturbed(target)
-    ids, mask = ragged_prompts([5, 11, 8])
+    ids, mask = ragged_prompts(lengths)
     ref = reference(target, ids, mask, 24, eos=None)
     supplier = {"chain": lambda: specdec.DraftSupplier(noisy, mode="chain", depth=4),
-                "smart": lambda: specdec.SmartSupplier(noisy, fixed_cost(**MODERATE, batch_size=3), topk=3, frontier=2, max_depth=4),
+                "smart": lambda: specdec.SmartSupplier(noisy, fixed_cost(**MODERATE, batch_size=len(lengths)), topk=3,
+                                                       frontier=2, max_depth=4),
                 "prompt_lookup": lambda: specdec.PromptLookupSupplier(max_ngram=3, num_pred=5, max_matches=3)}[method]()
-    gen = specdec.SpeculativeGenerator(target, supplier, filter=FixedThresholdFilter(noisy, 0.5))
-    out = gen.generate(ids, attention_mask=mask, max_new_tokens=24, pad_token_id=0, eos_token_id=[])
-    assert torch.equal(out.sequences, ref), method
-    assert out.stats.filter.rows == len(out.stats.accepted_lengths)
+    cal = calibrate(target, noisy, CAL_PROMPTS, max_new_tokens=16, window=4, delta=DELTA)
+    gen = specdec.SpeculativeGenerator(target, supplier, filter=ValuSpecFilter(noisy, cal, unit=unit))
+    check_filtered(gen.generate(ids, attention_mask=mask, max_new_tokens=24, pad_token_id=0, eos_token_id=[]), ref,
+                   method)
 
 
 @pytest.mark.hf
@@ -349,13 +364,15 @@ def test_cli_calibrate_then_generate_with_the_filter(saved, tmp_path, capsys):
     assert "tau" in capsys.readouterr().out
     cal = Calibration.load(cal_path)
     scorer = AutoModelForCausalLM.from_pretrained(root / "draft").eval()
-    tokens = [tokenizer(p).input_ids for p in prompts]
-    api = calibrate(target, scorer, tokens, max_new_tokens=12, window=3, delta=0.5, eos_token_id=2)
+    api = calibrate(target, scorer, prompts, tokenizer=tokenizer, max_new_tokens=12, window=3, delta=0.5)
     assert cal == replace(api, target=str(root / "target"))  # the in-memory target has no checkpoint name
+    assert len(cal.taus) == 12  # a tau for every length up to max_new_tokens
     enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
     want = tokenizer.batch_decode(target.generate(**enc, max_new_tokens=12, do_sample=False, pad_token_id=0)[
         :, enc.input_ids.shape[1]:], skip_special_tokens=True)
     for extra in (["--method", "tree", "--draft", str(root / "draft"), "--valuspec", str(cal_path), "--audit"],
+                  ["--method", "prompt-lookup", "--valuspec", str(cal_path), "--scorer", str(root / "draft"),
+                   "--single-tau", "--valuspec-unit", "branch"],
                   ["--method", "prompt-lookup", "--scorer", str(root / "draft"), "--fixed-threshold", "0.5",
                    "--valuspec-unit", "prefix"]):
         argv = ["generate", "--target", str(root / "target"), "--max-new-tokens", "12", "--batch-size", "2",

@@ -12,7 +12,7 @@ from ..state import DecodeState
 from ..tree import TreeBatch
 from ..verify import Acceptance
 
-__all__ = ["Supplier", "ARSupplier", "root_only"]
+__all__ = ["Supplier", "ARSupplier", "root_only", "position_limit", "check_within"]
 
 
 class Supplier(ABC):
@@ -47,6 +47,26 @@ class Supplier(ABC):
     def report(self) -> PlanStats | None:
         """The step planner's report since `start` (None for suppliers without one)."""
         return None
+
+    def memory_bytes(self, batch_size: int, capacity: int) -> dict[str, int]:
+        """Device bytes a `generate` call at `batch_size` with target caches of `capacity` slots makes this
+        supplier allocate (its model's cache, tree buffers, the largest per-layer temporaries), keyed by
+        the argument that drives them; `SpeculativeGenerator` checks the total against free memory before
+        allocating anything."""
+        return {}
+
+
+def position_limit(*models: PreTrainedModel | None) -> int | None:
+    """The fewest positions (``max_position_embeddings``) among `models`; None when none declares any."""
+    limits = [getattr(m.config.get_text_config(), "max_position_embeddings", None) for m in models if m is not None]
+    limits = [n for n in limits if isinstance(n, int)]
+    return min(limits) if limits else None
+
+
+def check_within(name: str, value: int, limit: int | None, what: str) -> None:
+    """ValueError naming `name` when `value` exceeds `limit` (None: no limit); `what` says what limits it."""
+    if limit is not None and value > limit:
+        raise ValueError(f"{name}: {value} exceeds {what} ({limit})")
 
 
 def root_only(root: torch.Tensor) -> TreeBatch:

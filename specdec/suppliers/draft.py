@@ -38,11 +38,13 @@ from transformers import PreTrainedModel
 
 from ..attention import install, prefill, tree_forward
 from ..cache import TreeCache
+from ..checks import as_int
 from ..state import DecodeState
 from ..tree import TreeBatch, pack_bits
 from ..sampling import sample, sample_without_replacement
 from ..verify import Acceptance, vocab_size
-from .base import Supplier
+from ..vocab import SharedVocab
+from .base import Supplier, check_within, position_limit
 
 __all__ = ["DraftSupplier", "DraftRunner"]
 
@@ -53,39 +55,49 @@ class DraftRunner:
 
     Owns the draft's `TreeCache` and a per-row *backlog*: the committed tokens the draft has not
     processed yet. `start` queues the prompts' prefill (all but the root, which opens the backlog; it runs
-    with the first catch-up); `commit`
-    appends each step's accepted tokens and bonus to the backlog (it never overwrites it, so steps that do
-    not draft simply let it grow); `catch_up` forwards the whole backlog, ragged rows in one chain forward,
-    commits it to the cache and returns the draft's logits at the root; `begin_tree` and `forward_layer`
-    draft a tree over the cache's tree region, dropped at the next `commit`.
+    with the first catch-up); `commit` appends each step's accepted tokens and bonus to the backlog (it
+    never overwrites it, so steps that do not draft simply let it grow); `catch_up` forwards the whole
+    backlog, ragged rows in one chain forward, commits it to the cache and returns the draft's logits at
+    the root; `begin_tree` and `forward_layer` draft a tree over the cache's tree region, dropped at the
+    next `commit`.
 
     backlog: [B] int64 on the host, pending tokens per row (the root included), so a planner prices the
     catch-up without a device sync. It can grow to max_new_tokens plus a tree's depth; the cache is sized
     for it (`DecodeState.capacity` leaves that much room above the committed tokens).
+
+    Vocabularies (`specdec.vocab`): the draft may have more or fewer embedding rows than the target (one
+    tokenizer, different padding). The logits it returns are over the target's ids, -inf past the ids
+    both share, and ids it cannot embed are fed to it as 0 (`SharedVocab`).
     """
 
     def __init__(self, draft: PreTrainedModel, backend: str = "auto"):
         self.draft = draft
         self.backend = backend
         self.cache: TreeCache | None = None
+        self.vocab = SharedVocab(vocab_size(draft), vocab_size(draft))  # until `attach` meets the target
         self._prompt: tuple[Tensor, Tensor] | None = None  # (ids [B, P - 1], start [B]) until the prefill runs
         self.backlog = np.zeros(0, dtype=np.int64)
         self._pending = np.zeros((0, 0), dtype=np.int64)  # [B, room]: row b's backlog is [:backlog[b]]
 
     def attach(self, target: PreTrainedModel) -> None:
-        if vocab_size(self.draft) != vocab_size(target):
-            raise ValueError(f"draft: vocabulary of {vocab_size(self.draft)} tokens, the target's has "
-                             f"{vocab_size(target)}; a draft must share the target's tokenizer")
+        self.vocab = SharedVocab.between(self.draft, target)
         if self.draft.device != target.device:
             raise ValueError(f"draft: on {self.draft.device}, the target on {target.device}")
         install(self.draft, "draft")
+
+    def memory_bytes(self, batch_size: int, capacity: int, region: int, width: int, layers: int) -> tuple[int, int]:
+        """(the draft cache's and the tree ancestry's bytes, one layer's logits and their float32
+        temporaries) for `start(region=region)` and `begin_tree(width, layers)` at `batch_size`."""
+        cache = batch_size * (capacity + region) * TreeCache.slot_bytes(self.draft)
+        ancestry = batch_size * (width * layers) ** 2  # begin_tree's bool region
+        return cache + ancestry, batch_size * max(width, 1) * self.vocab.target * 16
 
     def start(self, state: DecodeState, region: int) -> None:
         """Allocate the cache and queue the prompts' prefill; `region`: the most tree slots one step's layers
         occupy. The prefill runs at the first `catch_up`: a call whose steps never draft never runs the draft."""
         B = state.batch_size
         self.cache = TreeCache.for_model(self.draft, B, state.capacity + region)
-        self._prompt = (state.input_ids[:, :-1], state.start)
+        self._prompt = (self.vocab.ids(state.input_ids[:, :-1]), state.start)
         self._pending = np.zeros((B, max(16, region)), dtype=np.int64)
         self._pending[:, 0] = state.input_ids[:, -1].cpu().numpy()  # host copy, once per call: the roots
         self.backlog = np.ones(B, dtype=np.int64)
@@ -102,26 +114,32 @@ class DraftRunner:
         self._pending[rows, self.backlog[rows] + js] = acc.host_tokens[rows, js]
         self.backlog = self.backlog + n
 
+    def backlog_chain(self) -> TreeBatch:
+        """The backlog as a ragged chain on the device, [B, max backlog] (row b's first backlog[b] tokens),
+        after running the prompts' prefill if it is still queued. The caller forwards it and commits it
+        (`TreeCache.commit_prefix(chain.num_nodes, backlog)`), then empties `backlog`."""
+        if self._prompt is not None:
+            prefill(self.draft, self.cache, *self._prompt, backend=self.backend)
+            self._prompt = None
+        device, m = self.cache.device, self.backlog
+        return TreeBatch.chain(torch.from_numpy(self._pending[:, :int(m.max())]).to(device), torch.from_numpy(m).to(device))
+
     def catch_up(self) -> Tensor:
         """Forward and commit every row's backlog (one chain forward, ragged rows padded); returns the
-        draft's logits at the root, [B, V]. The backlog is then empty."""
+        draft's logits at the root, [B, V] (V: the target's ids, see `SharedVocab.logits`). The backlog is
+        then empty."""
         cache, m = self.cache, self.backlog
-        if self._prompt is not None:
-            prefill(self.draft, cache, *self._prompt, backend=self.backend)
-            self._prompt = None
-        width = int(m.max())
-        device = cache.device
-        count = torch.from_numpy(m).to(device)
-        chain = TreeBatch.chain(torch.from_numpy(self._pending[:, :width]).to(device), count)
-        same = bool((m == width).all())  # every row's root is the last column: only its logits are needed
-        logits = tree_forward(self.draft, cache, chain.tokens, chain.positions(cache.positions()), chain.ancestor_mask,
-                              backend=self.backend, logits_to_keep=1 if same else 0)
+        chain = self.backlog_chain()
+        count = chain.num_nodes
+        same = bool((m == m.max()).all())  # every row's root is the last column: only its logits are needed
+        logits = tree_forward(self.draft, cache, self.vocab.ids(chain.tokens), chain.positions(cache.positions()),
+                              chain.ancestor_mask, backend=self.backend, logits_to_keep=1 if same else 0)
         cache.commit_prefix(count, m)
         self._root_pos = cache.positions() - 1  # the catch-up committed the root
         self.backlog = np.zeros_like(m)
         if same:
-            return logits[:, -1]
-        return logits.gather(1, (count - 1)[:, None, None].expand(-1, 1, logits.shape[-1]))[:, 0]
+            return self.vocab.logits(logits[:, -1])
+        return self.vocab.logits(logits.gather(1, (count - 1)[:, None, None].expand(-1, 1, logits.shape[-1]))[:, 0])
 
     def begin_tree(self, width: int, layers: int) -> None:
         """Prepare up to `layers` frontier forwards of at most `width` nodes each. The tree region's slots
@@ -132,7 +150,7 @@ class DraftRunner:
         self._layer = 0
 
     def forward_layer(self, tokens: Tensor, parent_slot: Tensor | None) -> Tensor:
-        """Forward one frontier layer; returns its logits [B, F, V].
+        """Forward one frontier layer; returns its logits [B, F, V] (over the target's ids).
 
         tokens:      [B, F] int64, the frontier nodes (F <= the tree's width; inactive slots may hold any
                      token id). They take tree-region slots [used, used + F), used = the nodes forwarded
@@ -152,8 +170,9 @@ class DraftRunner:
         bits[:, rows, s0 + rows] = True
         region[:, s0:s0 + F] = bits
         self._layer, self._used = d, s0 + F
-        return tree_forward(self.draft, self.cache, tokens, (self._root_pos + d)[:, None].expand(B, F),
-                            pack_bits(bits[:, :, : s0 + F]), backend=self.backend)
+        logits = tree_forward(self.draft, self.cache, tokens, (self._root_pos + d)[:, None].expand(B, F),
+                              pack_bits(bits[:, :, : s0 + F]), backend=self.backend)
+        return self.vocab.logits(logits)
 
 
 class DraftSupplier(Supplier):
@@ -175,9 +194,8 @@ class DraftSupplier(Supplier):
                  total_tokens: int = 32, *, backend: str = "auto"):
         if mode not in ("chain", "tree"):
             raise ValueError(f"mode: expected 'chain' or 'tree', got {mode!r}")
-        for name, value, low in (("depth", depth, 1), ("topk", topk, 1), ("total_tokens", total_tokens, 2)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
+        depth, topk, total_tokens = (as_int(v, name, low) for v, name, low in (
+            (depth, "depth", 1), (topk, "topk", 1), (total_tokens, "total_tokens", 2)))
         self.draft = draft
         self.runner = DraftRunner(draft, backend)
         self.mode = mode
@@ -185,18 +203,37 @@ class DraftSupplier(Supplier):
         self.topk = 1 if mode == "chain" else topk
         pool = 1 + self.topk + (depth - 1) * self.topk * self.topk
         self.total_tokens = depth + 1 if mode == "chain" else min(total_tokens, pool)
+        self.requested_total = total_tokens
         self.backend = backend
         if self.topk > vocab_size(draft):
             raise ValueError(f"topk: {topk} exceeds the draft's vocabulary of {vocab_size(draft)}")
 
     def attach(self, target: PreTrainedModel) -> None:
+        """Bounds that need the target: a tree deeper or larger than the models' positions, or more
+        children per node than the ids draft and target share, is a ValueError naming the argument."""
         self.runner.attach(target)
+        limit = position_limit(target, self.draft)
+        check_within("depth", self.depth, None if limit is None else limit - 1,
+                     f"the depth the models' {limit} positions allow")
+        if self.mode == "tree":
+            check_within("total_tokens", self.requested_total, limit, "the models' positions")
+        check_within("topk", self.topk, self.runner.vocab.size, "the token ids the draft shares with the target")
 
     def max_tree_size(self) -> int:
         return self.total_tokens
 
+    def _region(self) -> int:
+        return self.depth + 1 + (self.depth - 1) * self.topk  # the catch-up chain, then the frontier layers
+
+    def memory_bytes(self, batch_size: int, capacity: int) -> dict[str, int]:
+        cache, logits = self.runner.memory_bytes(batch_size, capacity, self._region(), self.topk, self.depth - 1)
+        verify = batch_size * self.total_tokens * self.runner.vocab.target * 8  # target logits, sampled q rows
+        if self.mode == "chain":
+            return {"depth": cache + logits + verify}
+        return {"depth": cache, "topk": logits, "total_tokens": verify}
+
     def start(self, state: DecodeState) -> None:
-        self.runner.start(state, region=self.depth + 1 + (self.depth - 1) * self.topk)  # catch-up, then frontiers
+        self.runner.start(state, region=self._region())
 
     def commit(self, acc: Acceptance) -> None:
         self.runner.commit(acc)

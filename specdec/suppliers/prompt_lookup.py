@@ -17,16 +17,18 @@ from __future__ import annotations
 import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
+from transformers import PreTrainedModel
 
 from transformers import PreTrainedModel
 
+from ..checks import as_int
 from ..cost import CostModel, check_compatible
 from ..planner import PlanStats, StepPlanner, StepRecord, TreeFacts, plan_trie
 from ..profiling import Profile
 from ..state import DecodeState
 from ..tree import TreeBatch
-from ..verify import Acceptance
-from .base import Supplier, root_only
+from ..verify import Acceptance, vocab_size
+from .base import Supplier, check_within, position_limit, root_only
 from .trie import Trie, prefix_trie
 
 __all__ = ["PromptLookupSupplier"]
@@ -38,10 +40,8 @@ class PromptLookupSupplier(Supplier):
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_pred: int = 10, max_matches: int = 4, *,
                  cost_model: CostModel | Profile | None = None, alpha: float = 0.8, benefit: str = "paper"):
-        for name, value in (("max_ngram", max_ngram), ("min_ngram", min_ngram), ("num_pred", num_pred),
-                            ("max_matches", max_matches)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+        max_ngram, min_ngram, num_pred, max_matches = (as_int(value, name, 1) for name, value in (
+            ("max_ngram", max_ngram), ("min_ngram", min_ngram), ("num_pred", num_pred), ("max_matches", max_matches)))
         if min_ngram > max_ngram:
             raise ValueError(f"min_ngram: {min_ngram} exceeds max_ngram {max_ngram}")
         if cost_model is not None and not isinstance(cost_model, (CostModel, Profile)):
@@ -59,8 +59,16 @@ class PromptLookupSupplier(Supplier):
         self._trie: Trie | None = None
 
     def attach(self, target: PreTrainedModel) -> None:
+        """Bounds: a tree no deeper and no larger than the target's positions allow; the cost model's target."""
         if self.cost_source is not None:
             check_compatible(self.cost_source, target)
+        limit = position_limit(target)
+        check_within("num_pred", self.num_pred, None if limit is None else limit - 1,
+                     f"the depth the target's {limit} positions allow")
+        if limit is not None and self.max_tree_size() > limit:
+            raise ValueError(f"max_matches: {self.max_matches} continuations of num_pred {self.num_pred} tokens make "
+                             f"trees of up to {self.max_tree_size()} nodes, more than the target's {limit} positions")
+        self._vocab = vocab_size(target)
 
     def max_tree_size(self) -> int:
         return 1 + self.num_pred * self.max_matches
@@ -86,6 +94,9 @@ class PromptLookupSupplier(Supplier):
 
     def report(self) -> PlanStats | None:
         return None if self.planner is None else self.planner.report()
+
+    def memory_bytes(self, batch_size: int, capacity: int) -> dict[str, int]:
+        return {"num_pred": batch_size * self.max_tree_size() * self._vocab * 8}  # the target's logits over the tree
 
     def propose(self, state: DecodeState) -> TreeBatch:
         self._facts, self._trie = None, None

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
+from ..checks import as_int
 from ..cost import CostModel, check_compatible
 from ..datastore import Datastore
 from ..planner import PlanStats, StepPlanner, StepRecord, TreeFacts, plan_trie
@@ -34,7 +35,7 @@ from ..profiling import Profile
 from ..state import DecodeState
 from ..tree import TreeBatch
 from ..verify import Acceptance, vocab_size
-from .base import Supplier, root_only
+from .base import Supplier, check_within, position_limit, root_only
 from .trie import Trie, prefix_trie
 
 __all__ = ["RetrievalSupplier"]
@@ -55,10 +56,9 @@ class RetrievalSupplier(Supplier):
                  alpha: float = 0.8, benefit: str = "paper"):
         if not isinstance(datastore, Datastore):
             raise ValueError(f"datastore: expected a specdec Datastore, got {type(datastore).__name__}")
-        for name, value in (("max_suffix", max_suffix), ("min_suffix", min_suffix), ("max_matches", max_matches),
-                            ("continuation", continuation), ("budget", budget)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+        max_suffix, min_suffix, max_matches, continuation, budget = (as_int(value, name, 1) for name, value in (
+            ("max_suffix", max_suffix), ("min_suffix", min_suffix), ("max_matches", max_matches),
+            ("continuation", continuation), ("budget", budget)))
         if min_suffix > max_suffix:
             raise ValueError(f"min_suffix: {min_suffix} exceeds max_suffix {max_suffix}")
         if cost_model is not None and not isinstance(cost_model, (CostModel, Profile)):
@@ -82,9 +82,18 @@ class RetrievalSupplier(Supplier):
                              f"has {vocab_size(target)}; build it with the target's tokenizer")
         if self.cost_source is not None:
             check_compatible(self.cost_source, target)
+        limit = position_limit(target)
+        check_within("budget", self.budget, limit, "the target's positions")
+        check_within("continuation", self.continuation, None if limit is None else limit - 1,
+                     f"the depth the target's {limit} positions allow")
+        self._vocab = vocab_size(target)
 
     def max_tree_size(self) -> int:
         return min(self.budget, 1 + self.max_matches * self.continuation)
+
+    def memory_bytes(self, batch_size: int, capacity: int) -> dict[str, int]:
+        # the target's logits over the tree; the continuations [B, max_matches, continuation] live on the host
+        return {"budget": batch_size * self.max_tree_size() * self._vocab * 8}
 
     def start(self, state: DecodeState) -> None:
         if self.planner is not None:

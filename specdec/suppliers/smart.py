@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from ..checks import as_int
 from ..cost import CostModel, check_compatible
 from ..ops import Expansion, smart_expand
 from ..planner import MARGIN, PlanStats, StepPlanner, StepRecord, TreeFacts
@@ -46,7 +47,7 @@ from ..profiling import Profile, profile
 from ..state import DecodeState
 from ..tree import TreeBatch
 from ..verify import Acceptance, vocab_size
-from .base import Supplier, root_only
+from .base import Supplier, check_within, position_limit, root_only
 from .draft import DraftRunner
 from .smart_host import HostTree, Rule, candidates
 
@@ -88,12 +89,10 @@ class SmartSupplier(Supplier):
         for name, value in (("alpha", alpha), ("margin", margin)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name}: expected a number > 0, got {value!r}")
-        for name, value in (("topk", topk), ("frontier", frontier), ("max_depth", max_depth),
-                            ("probe_every", probe_every)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
-        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
-            raise ValueError(f"budget: expected None or an int >= 1, got {budget!r}")
+        topk, frontier, max_depth, probe_every = (as_int(v, name, 1) for v, name in (
+            (topk, "topk"), (frontier, "frontier"), (max_depth, "max_depth"), (probe_every, "probe_every")))
+        if budget is not None:
+            budget = _optional_int(budget, "budget")
         if benefit not in BENEFITS:
             raise ValueError(f"benefit: {benefit!r} is not one of {BENEFITS}")
         if topk > vocab_size(draft):
@@ -109,23 +108,43 @@ class SmartSupplier(Supplier):
         most = 1 + topk + (max_depth - 1) * frontier * topk
         measured = cost_model.sizes[-1] if isinstance(cost_model, Profile) else int(cost_model.verify_points.x[-1])
         self.budget = min(most, measured) if budget is None else min(budget, most)
+        self.requested_budget = budget
         self.planner = StepPlanner(max_depth, choices=None if planner else (max_depth,), margin=margin,
                                    probe_every=probe_every, online=online)
         self._models: dict[int, CostModel] = {}
         self._facts: TreeFacts | None = None
 
     def attach(self, target: PreTrainedModel) -> None:
+        """Checks that need the target (bounds: see `DraftSupplier.attach`); without an explicit budget the
+        tree's cap is also held to the models' positions."""
         self.runner.attach(target)
         self._target = target
         check_compatible(self.source, target, self.runner.draft)
+        limit = position_limit(target, self.runner.draft)
+        check_within("max_depth", self.max_depth, None if limit is None else limit - 1,
+                     f"the depth the models' {limit} positions allow")
+        if self.requested_budget is not None:
+            check_within("budget", self.requested_budget, limit, "the models' positions")
+        elif limit is not None:
+            self.budget = min(self.budget, limit)
+        check_within("topk", self.topk, self.runner.vocab.size, "the token ids the draft shares with the target")
 
     def max_tree_size(self) -> int:
         return self.budget
 
+    def _region(self) -> int:
+        return self.frontier * max(self.max_depth - 1, 1)  # the tree's layers (the catch-up commits its backlog)
+
+    def memory_bytes(self, batch_size: int, capacity: int) -> dict[str, int]:
+        cache, logits = self.runner.memory_bytes(batch_size, capacity, self._region(), self.frontier,
+                                                 self.max_depth - 1)
+        verify = batch_size * self.budget * self.runner.vocab.target * 8  # the target's logits over the tree
+        return {"max_depth": cache, "frontier": logits, "budget": verify}
+
     def start(self, state: DecodeState) -> None:
         self.planner.start(self._cost_model(state.batch_size))
         self._tree = None
-        self.runner.start(state, region=self.frontier * max(self.max_depth - 1, 1))
+        self.runner.start(state, region=self._region())
 
     def commit(self, acc: Acceptance) -> None:
         self.runner.commit(acc)
@@ -287,3 +306,11 @@ class SmartSupplier(Supplier):
             lp = torch.cat([lp, lp.new_full((B, w - take), float("-inf"))], 1)
             par = torch.cat([par, par.new_zeros(B, w - take)], 1)
         return tok, lp, par
+
+
+def _optional_int(value: object, name: str) -> int:
+    """A set optional count: an int >= 1 (NumPy integers too); ValueError naming `name` otherwise."""
+    try:
+        return as_int(value, name, 1)
+    except ValueError:
+        raise ValueError(f"{name}: expected None or an int >= 1, got {value!r}") from None
