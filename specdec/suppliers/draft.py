@@ -140,21 +140,25 @@ class DraftSupplier(Supplier):
 
     def __init__(self, draft: PreTrainedModel, mode: str = "tree", depth: int = 5, topk: int = 4,
                  total_tokens: int = 32, *, backend: str = "auto"):
+        self._configure(mode, depth, topk, total_tokens, vocab_size(draft))
+        self.draft = draft
+        self.runner = DraftRunner(draft, backend)
+        self.backend = backend
+
+    def _configure(self, mode: str, depth: int, topk: int, total_tokens: int, vocab: int) -> None:
+        """Check and set the tree's shape (shared with `EagleSupplier`, whose runner drafts the same trees)."""
         if mode not in ("chain", "tree"):
             raise ValueError(f"mode: expected 'chain' or 'tree', got {mode!r}")
         for name, value, low in (("depth", depth, 1), ("topk", topk, 1), ("total_tokens", total_tokens, 2)):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
-        self.draft = draft
-        self.runner = DraftRunner(draft, backend)
         self.mode = mode
         self.depth = depth
         self.topk = 1 if mode == "chain" else topk
         pool = 1 + self.topk + (depth - 1) * self.topk * self.topk
         self.total_tokens = depth + 1 if mode == "chain" else min(total_tokens, pool)
-        self.backend = backend
-        if self.topk > vocab_size(draft):
-            raise ValueError(f"topk: {topk} exceeds the draft's vocabulary of {vocab_size(draft)}")
+        if self.topk > vocab:
+            raise ValueError(f"topk: {topk} exceeds the draft's vocabulary of {vocab}")
 
     def attach(self, target: PreTrainedModel) -> None:
         self.runner.attach(target)
