@@ -43,7 +43,7 @@ from .eagle import EagleHead
 from .generate import SpeculativeGenerator
 from .suppliers.base import ARSupplier
 
-__all__ = ["TrainSettings", "train_eagle", "greedy_sequences", "ttt_losses", "token_stream"]
+__all__ = ["TrainSettings", "train_eagle", "greedy_sequences", "ttt_logits", "ttt_losses", "token_stream"]
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,10 @@ class TrainSettings:
         if self.seq_len <= self.prompt_len + self.ttt_steps:
             raise ValueError(f"seq_len: {self.seq_len} leaves no room after prompt_len {self.prompt_len} and "
                              f"{self.ttt_steps} test steps")
-        if not (self.lr > 0 and 0 < self.step_decay <= 1 and self.clip > 0):
-            raise ValueError("lr, step_decay, clip: expected lr > 0, 0 < step_decay <= 1, clip > 0")
+        for name, value, ok, want in (("lr", self.lr, self.lr > 0, "> 0"), ("clip", self.clip, self.clip > 0, "> 0"),
+                                      ("step_decay", self.step_decay, 0 < self.step_decay <= 1, "in (0, 1]")):
+            if not ok:
+                raise ValueError(f"{name}: expected a number {want}, got {value!r}")
         if self.kind not in ("eagle3", "eagle1"):
             raise ValueError(f"kind: expected 'eagle3' or 'eagle1', got {self.kind!r}")
         if self.kind == "eagle1" and self.draft_vocab is not None:
@@ -163,27 +165,32 @@ def target_batch(target: PreTrainedModel, tokens: Tensor, layers: tuple[int, ...
         return features, torch.softmax(logits, -1)
 
 
-def ttt_losses(head: EagleHead, tokens: Tensor, features: Tensor, probs: Tensor, steps: int) -> list[Tensor]:
-    """Soft cross-entropy of each training-time-test step (module docstring), scalars.
+def ttt_logits(head: EagleHead, tokens: Tensor, features: Tensor, steps: int) -> list[Tensor]:
+    """The head's draft-vocabulary logits at each training-time-test step (module docstring).
 
-    tokens: [B, S] int64; features: [B, S, k * d] the target's; probs: [B, S, Vd] the target's restricted
-    distribution at every position (probs[:, t] predicts tokens[:, t + 1]).
+    tokens: [B, S] int64; features: [B, S, k * d] the target's. Step j's logits [B, S - 1 - j, Vd] at pair t
+    predict tokens[:, t + 2 + j] (the target's distribution at position t + 1 + j).
     """
     B, S = tokens.shape
     n = S - 1  # pairs (tokens[t + 1], features[t]), t < n
     position = torch.arange(n, device=tokens.device)
-    hidden, keys, values, losses = features[:, :n], [], [], []
+    hidden, keys, values, out_logits = features[:, :n], [], [], []
     for j in range(min(steps, n)):
         m = n - j  # pairs whose step-j token tokens[t + 1 + j] exists
         x, residual = head.layer_inputs(tokens[:, 1 + j:1 + j + m], hidden[:, :m], project=j == 0)
         q, k, v = head.qkv(x, (position[:m] + j).expand(B, m))
         keys.append(k)
         values.append(v)
-        out = head.finish(_ttt_attention(q, keys, values, head.scale), residual)  # [B, m, H]
-        logp = torch.log_softmax(head.draft_logits(out).float(), -1)
-        losses.append(-(probs[:, 1 + j:1 + j + m] * logp).sum(-1).mean())
-        hidden = out
-    return losses
+        hidden = head.finish(_ttt_attention(q, keys, values, head.scale), residual)  # [B, m, H]
+        out_logits.append(head.draft_logits(hidden))
+    return out_logits
+
+
+def ttt_losses(head: EagleHead, tokens: Tensor, features: Tensor, probs: Tensor, steps: int) -> list[Tensor]:
+    """Soft cross-entropy of each training-time-test step against probs [B, S, Vd], the target's restricted
+    distribution at every position (probs[:, t] predicts tokens[:, t + 1]); scalars."""
+    return [-(probs[:, 1 + j:1 + j + lg.shape[1]] * torch.log_softmax(lg.float(), -1)).sum(-1).mean()
+            for j, lg in enumerate(ttt_logits(head, tokens, features, steps))]
 
 
 def _ttt_attention(q: Tensor, keys: list[Tensor], values: list[Tensor], scale: float) -> Tensor:
@@ -225,10 +232,7 @@ def train_eagle(target: PreTrainedModel, data, out_dir: str | Path, *, tokenizer
     target.eval().requires_grad_(False)  # the head reads the target's embeddings; only the head learns
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    seconds = {}
-    t0 = time.perf_counter()
     sequences = _cached_sequences(target, data, tokenizer, s, out, progress)
-    seconds["data"] = time.perf_counter() - t0
     vocab_ids = draft_vocabulary(sequences, s.draft_vocab, target.get_output_embeddings().weight.shape[0])
     head = EagleHead.initialize(target, kind=s.kind, draft_vocab=vocab_ids, aux_layers=s.aux_layers,
                                 intermediate_size=s.intermediate_size, seed=s.seed)
@@ -243,48 +247,58 @@ def train_eagle(target: PreTrainedModel, data, out_dir: str | Path, *, tokenizer
     bar = tqdm(range(start, end), desc="train eagle head", unit="step", disable=not progress, initial=start,
                total=s.steps)
     for step in bar:
-        pick = torch.randint(0, len(sequences), (s.batch_size,), generator=torch.Generator().manual_seed(s.seed * 7919 + step))
-        tokens = sequences[pick].to(target.device)
-        features, probs = target_batch(target, tokens, head.feature_layers, vocab)
-        losses = ttt_losses(head, tokens, features, probs, s.ttt_steps)
-        loss = sum(s.step_decay ** j * l for j, l in enumerate(losses))
-        for group in opt.param_groups:
-            group["lr"] = _lr(step, s)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, s.clip)
-        opt.step()
-        result.losses.append(float(loss.detach()))
-        bar.set_postfix(loss=f"{result.losses[-1]:.3f}", first=f"{float(losses[0].detach()):.3f}")
+        _train_step(head, target, sequences, opt, params, vocab, s, step, result)
+        bar.set_postfix(loss=f"{result.losses[-1]:.3f}")
         if (step + 1) % s.checkpoint_every == 0 or step + 1 == end:
-            _save_checkpoint(out / "checkpoint", head, opt, s, step + 1, result)
-    seconds["train"] = time.perf_counter() - t1 + result.seconds.get("train", 0.0)
-    result.seconds = {**seconds, "train": seconds["train"]}
+            seconds = result.seconds.get("train", 0.0) + time.perf_counter() - t1
+            _save_checkpoint(out / "checkpoint", head, opt, s, step + 1, result, seconds)
+    result.seconds = {"data": json.loads((out / "data.json").read_text())["seconds"],
+                      "train": result.seconds.get("train", 0.0) + time.perf_counter() - t1}
     head.eval()
     head.save_pretrained(out, dtype=save_dtype)
     return result
+
+
+@torch.enable_grad()  # trains whatever the caller's grad mode (the head's parameters only)
+def _train_step(head: EagleHead, target: PreTrainedModel, sequences: Tensor, opt: torch.optim.Optimizer,
+                params: list[Tensor], vocab: Tensor | None, s: TrainSettings, step: int, result: TrainResult) -> None:
+    """One optimizer step on the batch of `step` (a function of the seed and the step: resumable)."""
+    pick = torch.randint(0, len(sequences), (s.batch_size,), generator=torch.Generator().manual_seed(s.seed * 7919 + step))
+    tokens = sequences[pick].to(target.device)
+    features, probs = target_batch(target, tokens, head.feature_layers, vocab)
+    losses = ttt_losses(head, tokens, features, probs, s.ttt_steps)
+    loss = sum(s.step_decay ** j * loss_j for j, loss_j in enumerate(losses))
+    for group in opt.param_groups:
+        group["lr"] = _lr(step, s)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, s.clip)
+    opt.step()
+    result.losses.append(float(loss.detach()))
 
 
 def _cached_sequences(target, data, tokenizer, s: TrainSettings, out: Path, progress: bool) -> Tensor:
     """The generated training sequences, read back from ``out/data.npy`` when its header matches."""
     key = {"num_sequences": s.num_sequences, "seq_len": s.seq_len, "prompt_len": s.prompt_len, "seed": s.seed}
     meta = out / "data.json"
-    if meta.is_file() and (out / "data.npy").is_file() and json.loads(meta.read_text()) == key:
+    if meta.is_file() and (out / "data.npy").is_file() and json.loads(meta.read_text())["key"] == key:
         return torch.from_numpy(np.load(out / "data.npy", allow_pickle=False).astype(np.int64))
+    t0 = time.perf_counter()
     sequences = greedy_sequences(target, token_stream(data, tokenizer), s, progress=progress)
     np.save(out / "data.npy", sequences.numpy().astype(np.int32))
-    meta.write_text(json.dumps(key))
+    meta.write_text(json.dumps({"key": key, "seconds": time.perf_counter() - t0}))
     return sequences
 
 
 def _save_checkpoint(path: Path, head: EagleHead, opt: torch.optim.Optimizer, s: TrainSettings, step: int,
-                     result: TrainResult) -> None:
+                     result: TrainResult, seconds: float) -> None:
     path.mkdir(parents=True, exist_ok=True)
     save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}, str(path / "head.safetensors"))
     moments = {f"{i}.{name}": t.detach().cpu().contiguous() for i, state in opt.state_dict()["state"].items()
                for name, t in state.items()}
     save_file(moments, str(path / "optimizer.safetensors"))
-    (path / "state.json").write_text(json.dumps({"step": step, "settings": asdict(s), "losses": result.losses}))
+    (path / "state.json").write_text(json.dumps({"step": step, "settings": asdict(s), "losses": result.losses,
+                                                 "seconds": seconds}))
 
 
 def _resume(path: Path, head: EagleHead, opt: torch.optim.Optimizer, s: TrainSettings, result: TrainResult) -> int:
@@ -308,4 +322,5 @@ def _resume(path: Path, head: EagleHead, opt: torch.optim.Optimizer, s: TrainSet
     opt_state["state"] = per_param
     opt.load_state_dict(opt_state)
     result.losses = list(state["losses"])
+    result.seconds = {"train": float(state["seconds"])}  # training time of the earlier slices
     return int(state["step"])
