@@ -90,8 +90,9 @@ def smollm2_path() -> Path:
 
 
 def resolve_name(name: str) -> str:
-    """Model names with a meaning here: "demo-target"/"demo-draft" (the embedded pair), "smollm2"."""
-    if name in ("demo-target", "demo-draft"):
+    """Model names with a meaning here: "demo-target"/"demo-draft" (the embedded pair), "demo-eagle" (the
+    demo target's EAGLE head), "smollm2"."""
+    if name in ("demo-target", "demo-draft", "demo-eagle"):
         from .demo_pair import pair_path
 
         return str(pair_path(name.removeprefix("demo-")))
