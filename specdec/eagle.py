@@ -85,6 +85,11 @@ class EagleConfig:
     norm_before_residual: bool = False
     max_position_embeddings: int = 2048
     rope: dict | None = None
+    # Greedy decoding ranks candidates by logits / greedy_temperature (config.json:
+    # specdec_greedy_temperature; 1.0, EAGLE-2's ranking, when absent): a head trained on the target's
+    # distribution is as unsure as the target, while greedy verification accepts its argmax far more often
+    # than that distribution says (training.calibrate_greedy_temperature fits it).
+    greedy_temperature: float = 1.0
 
     def to_json(self) -> dict:
         """config.json in the published layout's field names (with the fields this loader reads)."""
@@ -95,6 +100,8 @@ class EagleConfig:
                "rms_norm_eps": self.rms_norm_eps, "hidden_act": self.hidden_act,
                "attention_bias": self.attention_bias, "max_position_embeddings": self.max_position_embeddings,
                "rope_parameters": self.rope or {"rope_type": "default", "rope_theta": 10000.0}}
+        if self.greedy_temperature != 1.0:
+            out["specdec_greedy_temperature"] = self.greedy_temperature
         if self.kind == "eagle3":
             out.update(draft_vocab_size=self.draft_vocab_size, target_hidden_size=self.target_hidden_size,
                        eagle_aux_hidden_state_layer_ids=list(self.aux_layers),
@@ -315,22 +322,63 @@ class EagleHead(nn.Module):
         out = logits.new_full((*logits.shape[:-1], self.config.vocab_size), float("-inf"))
         return out.index_copy_(-1, self._to_target, logits)
 
-    def forward(self, tokens: Tensor, features: Tensor, positions: Tensor, cache: TreeCache, tree_mask: Tensor, *,
-                project: bool, backend: str = "auto") -> Tensor:
+    def forward(self, tokens: Tensor, features: Tensor, positions: Tensor, cache: TreeCache,
+                mask: Tensor | ops.SdpaPlan, rope: Tensor, *, project: bool, backend: str = "auto") -> Tensor:
         """One tree forward over N pairs per row; their K/V go to the cache's tree region (as a model's
-        `attention.tree_forward`). tokens, positions: [B, N] int64; features: [B, N, F]; tree_mask: [B, N,
-        W] int32 over the tree region. Returns the head's output [B, N, H] (`logits` projects it)."""
-        N = tokens.shape[1]
+        `attention.tree_forward`). Returns the head's output [B, N, H] (`logits` projects it).
+
+        tokens, positions: [B, N] int64; features: [B, N, F]; mask: the [B, N, W] int32 ancestor bitmask
+        over the tree region (any backend), or an `ops.SdpaPlan` the caller built for the sdpa backend;
+        rope: `rope_table` covering every position. Uses fused q/k/v and gate/up weights (`_fused`).
+        """
+        B, N = tokens.shape
+        c = self.config
         cache.reserve(N)
-        meta = TreeAttentionMetadata.build(cache.start, cache.length, tree_mask, backend, host_start=cache.host_start,
-                                           host_length=cache.host_length, region=cache.tree_len + N)
         x, residual = self.layer_inputs(tokens, features, project)
-        q, k, v = self.qkv(x, positions)
-        keys, values = cache.update(k, v, 0)
-        attn = ops.tree_attention(q, keys, values, meta.start, meta.length, meta.tree_mask, scale=self.scale,
-                                  backend=backend, plan=meta.plan)
+        wqkv, bqkv, wgu = self._fused()
+        qkv = F.linear(x, wqkv, bqkv).view(B, N, -1, c.head_dim).transpose(1, 2)  # [B, Hq + 2 Hkv, N, D]
+        rot = c.num_heads + c.num_kv_heads
+        cos, sin = rope[:, positions][:, :, None]  # [B, 1, N, D] each
+        qk = qkv[:, :rot]
+        qk = qk * cos + torch.cat([-qk[..., c.head_dim // 2:], qk[..., :c.head_dim // 2]], -1) * sin
+        keys, values = cache.update(qk[:, c.num_heads:], qkv[:, rot:], 0)
+        if isinstance(mask, ops.SdpaPlan):
+            attn = ops.tree_attention_sdpa(qk[:, :c.num_heads], keys, values, mask, scale=self.scale)
+        else:
+            meta = TreeAttentionMetadata.build(cache.start, cache.length, mask, backend, host_start=cache.host_start,
+                                               host_length=cache.host_length, region=cache.tree_len + N)
+            attn = ops.tree_attention(qk[:, :c.num_heads], keys, values, meta.start, meta.length, meta.tree_mask,
+                                      scale=self.scale, backend=backend, plan=meta.plan)
         cache.advance(N)
-        return self.finish(attn, residual)
+        layer = self.layer
+        h = residual + layer.self_attn.o_proj(attn.transpose(1, 2).reshape(B, N, -1))
+        gate, up = F.linear(layer.post_attention_layernorm(h), wgu).chunk(2, -1)
+        act = F.silu if c.hidden_act == "silu" else ACT2FN[c.hidden_act]
+        return h + layer.mlp.down_proj(act(gate) * up)
+
+    def _fused(self) -> tuple[Tensor, Tensor | None, Tensor]:
+        """q/k/v weights [(Hq + 2 Hkv) D, width] (and biases) and gate/up weights [2 I, H] stacked, so the
+        decoding forward runs two matmuls where the layer has five; rebuilt whenever a parameter changed
+        (training updates them in place, which bumps their version counters)."""
+        attn, mlp = self.layer.self_attn, self.layer.mlp
+        parts = (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj)
+        versions = tuple(p.weight._version for p in parts) + tuple(p.bias._version for p in parts[:3]
+                                                                    if p.bias is not None)
+        if getattr(self, "_fused_cache", (None,))[0] != versions:
+            with torch.no_grad():
+                wqkv = torch.cat([p.weight for p in parts[:3]])
+                bqkv = torch.cat([p.bias for p in parts[:3]]) if attn.q_proj.bias is not None else None
+                wgu = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
+            self._fused_cache = (versions, (wqkv, bqkv, wgu))
+        return self._fused_cache[1]
+
+    def rope_table(self, positions: int) -> Tensor:
+        """[2, positions, D]: cos and sin of the head's RoPE at positions 0..positions-1, each half repeated
+        (the rotate-half layout), attention scaling applied, in the head's dtype."""
+        freqs = torch.arange(positions, device=self._rope_inv_freq.device, dtype=torch.float32)[:, None] \
+            * self._rope_inv_freq  # [P, D/2]
+        freqs = torch.cat([freqs, freqs], -1)
+        return (torch.stack([freqs.cos(), freqs.sin()]) * self._rope_scale).to(self.fc.weight.dtype)
 
     def new_cache(self, batch_size: int, capacity: int) -> TreeCache:
         c = self.config

@@ -121,7 +121,11 @@ def parse_config(raw: dict, kind: str, target: PreTrainedModel, tensors: dict[st
                   intermediate_size=_field(raw, "intermediate_size", int), vocab_size=vocab,
                   rms_norm_eps=_field(raw, "rms_norm_eps", float, 1e-6), hidden_act=_field(raw, "hidden_act", str, "silu"),
                   attention_bias=_field(raw, "attention_bias", bool, False),
-                  max_position_embeddings=_field(raw, "max_position_embeddings", int, 2048), rope=rope)
+                  max_position_embeddings=_field(raw, "max_position_embeddings", int, 2048), rope=rope,
+                  greedy_temperature=_field(raw, "specdec_greedy_temperature", float, 1.0))
+    if not common["greedy_temperature"] > 0:
+        raise ValueError(f"config.json: field 'specdec_greedy_temperature' is {common['greedy_temperature']}, "
+                         "expected a number > 0")
     L = target.config.get_text_config().num_hidden_layers
     if kind == "eagle1":
         bias = "fc.bias" in tensors

@@ -19,6 +19,10 @@ The recipe (EAGLE-3's):
   and checkpoints every `checkpoint_every` steps: ``checkpoint/`` holds the head and the optimizer's
   moments as safetensors and the step and history as JSON (never pickle).
 
+* At the end, the greedy temperature (`calibrate_greedy_temperature`) on `calibration_sequences` fresh
+  continuations: the ranking temperature under which the head's candidate probabilities predict greedy
+  acceptance (written to config.json as ``specdec_greedy_temperature``; other engines ignore it).
+
 Output: ``out_dir/config.json`` and ``model.safetensors`` in the EAGLE-3 layout `EagleHead.from_pretrained`
 reads, and ``out_dir/data.npy`` (the generated sequences, reused on resume).
 """
@@ -28,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +47,8 @@ from .eagle import EagleHead
 from .generate import SpeculativeGenerator
 from .suppliers.base import ARSupplier
 
-__all__ = ["TrainSettings", "train_eagle", "greedy_sequences", "ttt_logits", "ttt_losses", "token_stream"]
+__all__ = ["TrainSettings", "train_eagle", "greedy_sequences", "ttt_logits", "ttt_losses", "token_stream",
+           "calibrate_greedy_temperature"]
 
 
 @dataclass(frozen=True)
@@ -68,10 +73,11 @@ class TrainSettings:
     aux_layers: tuple[int, ...] | None = None
     intermediate_size: int | None = None
     kind: str = "eagle3"  # "eagle1": the EAGLE-1/2 layout trained with the same recipe (tests use it)
+    calibration_sequences: int = 64  # fresh continuations the greedy temperature is fitted on
 
     def check(self) -> None:
         for name in ("steps", "batch_size", "seq_len", "prompt_len", "num_sequences", "ttt_steps",
-                     "checkpoint_every", "generate_batch"):
+                     "checkpoint_every", "generate_batch", "calibration_sequences"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
@@ -193,6 +199,31 @@ def ttt_losses(head: EagleHead, tokens: Tensor, features: Tensor, probs: Tensor,
             for j, lg in enumerate(ttt_logits(head, tokens, features, steps))]
 
 
+@torch.no_grad()
+def calibrate_greedy_temperature(head: EagleHead, target: PreTrainedModel, sequences: Tensor, *, topk: int = 4,
+                                 steps: int = 7, batch_size: int = 8) -> float:
+    """The temperature tau that makes softmax(logits / tau) of the head's top-`topk` candidates the best
+    predictor (binary cross-entropy, grid search over 0.05..2) of "this candidate is the target's argmax",
+    over every training-time-test step of `sequences` [N, S] (held-out target continuations). Greedy
+    verification accepts exactly those candidates, so these are the probabilities a tree should rank by."""
+    vocab = torch.arange(head.config.vocab_size, device=target.device)[head.t2d] if head.config.kind == "eagle3" \
+        else None
+    taus = torch.logspace(math.log10(0.05), math.log10(2.0), 48)
+    loss = torch.zeros(len(taus), dtype=torch.float64)
+    for i in range(0, len(sequences), batch_size):
+        tokens = sequences[i:i + batch_size].to(target.device)
+        features, probs = target_batch(target, tokens, head.feature_layers, vocab)
+        for j, logits in enumerate(ttt_logits(head, tokens, features, steps)):
+            logits = logits.float()
+            top = logits.topk(topk, -1)  # [B, m, k]
+            hit = (top.indices == probs[:, 1 + j:1 + j + logits.shape[1]].argmax(-1, keepdim=True)).double()
+            for t, tau in enumerate(taus.tolist()):
+                p = (top.values / tau - torch.logsumexp(logits / tau, -1, keepdim=True)).exp().double()
+                p = p.clamp(1e-9, 1 - 1e-9)
+                loss[t] -= (hit * p.log() + (1 - hit) * (1 - p).log()).sum().item()
+    return round(float(taus[int(loss.argmin())]), 4)
+
+
 def _ttt_attention(q: Tensor, keys: list[Tensor], values: list[Tensor], scale: float) -> Tensor:
     """Step j's attention: query t sees step 0's keys at positions <= t and steps 1..j's keys at t.
     q: [B, Hq, m, D]; keys[i], values[i]: [B, Hkv, n - i, D]. Returns [B, Hq, m, D]."""
@@ -232,7 +263,8 @@ def train_eagle(target: PreTrainedModel, data, out_dir: str | Path, *, tokenizer
     target.eval().requires_grad_(False)  # the head reads the target's embeddings; only the head learns
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    sequences = _cached_sequences(target, data, tokenizer, s, out, progress)
+    stream = token_stream(data, tokenizer)
+    sequences = _cached_sequences(target, stream, s, out, progress)
     vocab_ids = draft_vocabulary(sequences, s.draft_vocab, target.get_output_embeddings().weight.shape[0])
     head = EagleHead.initialize(target, kind=s.kind, draft_vocab=vocab_ids, aux_layers=s.aux_layers,
                                 intermediate_size=s.intermediate_size, seed=s.seed)
@@ -255,6 +287,11 @@ def train_eagle(target: PreTrainedModel, data, out_dir: str | Path, *, tokenizer
     result.seconds = {"data": json.loads((out / "data.json").read_text())["seconds"],
                       "train": result.seconds.get("train", 0.0) + time.perf_counter() - t1}
     head.eval()
+    if end == s.steps:  # done: fit the greedy temperature on continuations the head has not seen
+        held = greedy_sequences(target, stream, replace(s, num_sequences=s.calibration_sequences, seed=s.seed + 1),
+                                progress=False)
+        head.config = replace(head.config, greedy_temperature=calibrate_greedy_temperature(
+            head, target, held, steps=s.ttt_steps))
     head.save_pretrained(out, dtype=save_dtype)
     return result
 
@@ -277,14 +314,14 @@ def _train_step(head: EagleHead, target: PreTrainedModel, sequences: Tensor, opt
     result.losses.append(float(loss.detach()))
 
 
-def _cached_sequences(target, data, tokenizer, s: TrainSettings, out: Path, progress: bool) -> Tensor:
+def _cached_sequences(target: PreTrainedModel, stream: Tensor, s: TrainSettings, out: Path, progress: bool) -> Tensor:
     """The generated training sequences, read back from ``out/data.npy`` when its header matches."""
     key = {"num_sequences": s.num_sequences, "seq_len": s.seq_len, "prompt_len": s.prompt_len, "seed": s.seed}
     meta = out / "data.json"
     if meta.is_file() and (out / "data.npy").is_file() and json.loads(meta.read_text())["key"] == key:
         return torch.from_numpy(np.load(out / "data.npy", allow_pickle=False).astype(np.int64))
     t0 = time.perf_counter()
-    sequences = greedy_sequences(target, token_stream(data, tokenizer), s, progress=progress)
+    sequences = greedy_sequences(target, stream, s, progress=progress)
     np.save(out / "data.npy", sequences.numpy().astype(np.int32))
     meta.write_text(json.dumps({"key": key, "seconds": time.perf_counter() - t0}))
     return sequences
@@ -306,7 +343,7 @@ def _resume(path: Path, head: EagleHead, opt: torch.optim.Optimizer, s: TrainSet
     if not (path / "state.json").is_file():
         return 0
     state = json.loads((path / "state.json").read_text())
-    saved = state["settings"]
+    saved = {**asdict(TrainSettings()), **state["settings"]}  # fields added since: their defaults
     saved["aux_layers"] = tuple(saved["aux_layers"]) if saved.get("aux_layers") is not None else None
     if saved != asdict(s):
         raise ValueError(f"out_dir: {path} holds a checkpoint of other settings; use another out_dir or delete it")

@@ -125,9 +125,9 @@ def reference_head(target, config, t, kind, tokens, features, project_rows):
     return out, logits
 
 
-def first_step(target, head, ids, mask, depth=3):
+def first_step(target, head, ids, mask, backend="auto"):
     """Run a generation's first verification by hand; returns the runner after its catch-up, the root
-    logits it returned, the acceptance and the state."""
+    logits it returned and the acceptance."""
     start = (mask == 0).sum(1)
     state = DecodeState.begin(ids, start, max_new_tokens=8, capacity=ids.shape[1] + 40, eos_token_ids=[],
                               pad_token_id=0)
@@ -135,7 +135,7 @@ def first_step(target, head, ids, mask, depth=3):
     verifier.request_features(head.feature_layers)
     cache = verifier.new_cache(ids.shape[0], state.capacity)
     acc = verifier.verify(root_only(state.root), cache, prompt=PromptBlock(ids[:, :-1], start))
-    runner = EagleRunner(head)
+    runner = EagleRunner(head, backend)
     runner.attach(target)
     runner.start(state, region=16)
     runner.commit(acc)
@@ -148,17 +148,19 @@ def reference_features(target, seq, layers):
 
 
 @pytest.mark.hf
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+@pytest.mark.parametrize("arch, backend", [("llama", "auto"), ("qwen2", "auto"), ("qwen3", "auto"), ("llama", "torch")])
 @pytest.mark.parametrize("kind", ["eagle3", "eagle1"])
-def test_head_matches_a_plain_reading_of_the_layout(tmp_path, arch, kind):
+def test_head_matches_a_plain_reading_of_the_layout(tmp_path, arch, backend, kind):
     """Catch-up over the prompt's and the first acceptance's pairs (a ragged batch), then two draft
-    layers of a chain: every logit equals the plain-torch reading of the published layout."""
+    layers of a chain: every logit equals the plain-torch reading of the published layout. "auto" on a
+    CPU is the runner's dense-mask sdpa path, "torch" the packed-bitmask path other backends take."""
     target = eagle_target(arch)
     draft_ids = torch.tensor(sorted(np.random.default_rng(0).choice(96, 50, replace=False))) if kind == "eagle3" else None
     config, t = head_tensors(target, kind, draft_ids=draft_ids)
     head = specdec.EagleHead.from_pretrained(write_head(tmp_path / kind, config, t), target)
     ids, mask = ragged_prompts([6, 9])
-    runner, root_logits, acc = first_step(target, head, ids, mask)
+    runner, root_logits, acc = first_step(target, head, ids, mask, backend)
+    assert runner._dense is (backend == "auto")
     layers = head.feature_layers
     for b in range(2):
         seq = torch.cat([ids[b][mask[b] == 1], acc.tokens[b, :1]])  # the prompt, then the bonus
@@ -291,6 +293,8 @@ MALFORMED = [
     ("t2d shape", _set("t2d", torch.zeros(95, dtype=torch.bool)), r"t2d: shape \[95\], expected \[96\]"),
     ("int weights", _set("norm.weight", torch.ones(64, dtype=torch.int32)), r"norm.weight: expected a floating"),
     ("rope", _cfg("rope_scaling", {"rope_type": "dynamic", "factor": 2.0}), r"rope type 'dynamic'"),
+    ("greedy temperature", _cfg("specdec_greedy_temperature", 0), r"field 'specdec_greedy_temperature' is 0.0, expected "
+                                                                    r"a number > 0"),
 ]
 
 
@@ -309,6 +313,25 @@ def test_eagle1_bias_must_match_its_config(tmp_path):
     config["bias"] = True
     with pytest.raises(ValueError, match=r"fc.bias: config.json says bias=True, the checkpoint lacks it"):
         specdec.EagleHead.from_pretrained(write_head(tmp_path / "h", config, t), target)
+
+
+def test_greedy_temperature_sharpens_greedy_ranking_only(tmp_path):
+    """A head whose config carries specdec_greedy_temperature 0.5 hands greedy decoding logits twice as
+    sharp (same argmax) and sampling its own distribution."""
+    target = eagle_target("llama")
+    config, t = head_tensors(target, "eagle3")
+    config["specdec_greedy_temperature"] = 0.5
+    head = specdec.EagleHead.from_pretrained(write_head(tmp_path / "h", config, t), target)
+    assert head.config.greedy_temperature == 0.5
+    ids, mask = ragged_prompts([6, 9])
+    greedy = first_step(target, head, ids, mask)[1]
+    runner = EagleRunner(head)
+    runner.attach(target)
+    state = DecodeState.begin(ids, (mask == 0).sum(1), max_new_tokens=8, capacity=ids.shape[1] + 40, eos_token_ids=[],
+                              pad_token_id=0, sampling=specdec.sampling.Sampling(1.0))
+    runner.start(state, region=16)
+    runner.commit(first_step(target, head, ids, mask)[2])
+    torch.testing.assert_close(greedy, 2 * runner.catch_up())
 
 
 def test_files_that_are_not_a_head(tmp_path):

@@ -98,8 +98,9 @@ def test_train_eagle_writes_a_loadable_head(saved, tmp_path, capsys):
     assert main(argv) == 0
     assert "wrote" in capsys.readouterr().out
     head = specdec.EagleHead.from_pretrained(tmp_path / "head", target)
-    assert head.config.draft_vocab_size == 50 and json.loads((tmp_path / "head" / "config.json").read_text())[
-        "eagle_aux_hidden_state_layer_ids"] == [2, 3, 4]
+    config = json.loads((tmp_path / "head" / "config.json").read_text())
+    assert head.config.draft_vocab_size == 50 and config["eagle_aux_hidden_state_layer_ids"] == [2, 3, 4]
+    assert 0.05 <= config["specdec_greedy_temperature"] <= 2.0  # fitted on fresh continuations at the end
 
 
 @pytest.mark.parametrize("extra, message", [

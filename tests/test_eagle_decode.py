@@ -6,6 +6,7 @@ length on held-out prompts."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from specdec.sampling import Sampling
 from specdec.state import DecodeState
 from specdec.suppliers.base import root_only
 from specdec.suppliers.eagle import EagleRunner
-from specdec.training import TrainSettings, greedy_sequences, target_batch, train_eagle, ttt_losses
+from specdec.training import TrainSettings, greedy_sequences, target_batch, train_eagle, ttt_logits, ttt_losses
 from specdec.verify import PromptBlock
 from test_eagle import LAYERS, eagle_target, head_tensors, write_head
 from test_sampling import WARPS, assert_matches
@@ -239,6 +240,41 @@ def test_training_lowers_loss_and_raises_accepted_length(trained, tmp_path):
     accepted = [run(target, specdec.EagleSupplier(h, depth=4, topk=3, total_tokens=10), ids, mask, 24)
                 .stats.mean_accepted_length for h in (fresh, head)]
     assert accepted[1] > accepted[0] + 0.3, accepted
+
+
+@pytest.mark.hf
+def test_training_time_test_is_what_decoding_computes(trained):
+    """Step 0 of the training-time test at pair t is the head's catch-up output after the same prefix,
+    and step j is the depth-j node of a chain that follows the sequence's own tokens: training and
+    decoding compute the same function (positions, masks, fed-back outputs)."""
+    target, heads = trained
+    head = heads["eagle3"][0]
+    seq = torch.tensor([[5, 17, 33, 8, 41, 9, 9, 60, 12, 7]])
+    vocab = torch.arange(96)[head.t2d.cpu()]
+    features, _ = target_batch(target, seq, head.feature_layers, vocab)
+    logits = ttt_logits(head, seq, features, steps=3)  # [1, 9 - j, Vd] per step j
+    P = 6  # decode from the prompt seq[:, :P]: the first step's bonus is seq[P] when the target agrees
+    ids = seq[:, :P]
+    state = DecodeState.begin(ids, torch.zeros(1, dtype=torch.int64), max_new_tokens=8, capacity=40, eos_token_ids=[],
+                              pad_token_id=0)
+    verifier = specdec.TreeVerifier(target)
+    verifier.request_features(head.feature_layers)
+    cache = verifier.new_cache(1, 40)
+    acc = verifier.verify(root_only(state.root), cache, prompt=PromptBlock(ids[:, :-1], torch.zeros(1, dtype=torch.int64)))
+    runner = EagleRunner(head)
+    runner.attach(target)
+    runner.start(state, region=8)
+    acc = replace(acc, tokens=seq[:, P:P + 1])  # read the sequence's own next token (the feature is the same)
+    runner.commit(acc)
+    got = [runner.catch_up()[:, vocab]]
+    runner.begin_tree(1, 2)
+    parent = None
+    for j in (1, 2):
+        got.append(runner.forward_layer(seq[:, P + j:P + j + 1], parent)[:, 0][:, vocab])
+        parent = torch.tensor([[j - 1]])
+    tau = head.config.greedy_temperature  # greedy decoding ranks by the calibrated logits
+    for j in range(3):  # the root pair (seq[P], f[P - 1]) is pair t = P - 1
+        torch.testing.assert_close(got[j][0], logits[j][0, P - 1] / tau, rtol=1e-4, atol=1e-4)
 
 
 def test_training_resumes_and_refuses_other_settings(tmp_path):

@@ -20,7 +20,9 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from .. import ops
 from ..eagle import EagleHead
+from ..ops._backend import resolve_backend
 from ..state import DecodeState
 from ..tree import TreeBatch, pack_bits
 from ..verify import Acceptance, vocab_size
@@ -60,6 +62,13 @@ class EagleRunner:
         """A fresh cache: every pair a generation commits fits (`state.capacity`), plus `region` tree slots."""
         B = state.batch_size
         self.cache = self.head.new_cache(B, state.capacity + region)
+        self._rope = self.head.rope_table(self.cache.capacity)  # [2, S, D]: every position the cache can hold
+        # On the sdpa path (CPU, GPUs without Triton) the runner writes each forward's dense mask itself: a
+        # handful of ops instead of packing ancestor bits that the attention then unpacks (measured: the
+        # mask work was a fifth of a draft layer's time on this CPU).
+        self._dense = resolve_backend(self.backend, self.cache.device, fast_torch="sdpa") == "sdpa"
+        tau = self.head.config.greedy_temperature
+        self._sharpen = 1.0 / tau if state.sampling.greedy and tau != 1.0 else None  # ranks only: argmax unchanged
         self._chunks: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []  # (tokens, features, first, count)
         self.backlog = np.zeros(B, dtype=np.int64)
         self._prompt = (state.input_ids[:, 1:], state.start, state.host_start)  # tokens the prompt features predicted
@@ -85,15 +94,23 @@ class EagleRunner:
         if not self.backlog.all():
             raise RuntimeError("catch_up: a row has no pending pair (before the first commit, or twice in a step)")
         tokens, features, count = self._pack()
-        chain, cache = TreeBatch.chain(tokens, count), self.cache
-        hidden = self.head(tokens, features, chain.positions(cache.positions()), cache, chain.ancestor_mask,
-                           project=True, backend=self.backend)  # [B, N, H]
+        cache, N = self.cache, tokens.shape[1]
+        positions = cache.positions()[:, None] + torch.arange(N, device=tokens.device)  # padding: any position
+        mask = self._chain_plan(count, N) if self._dense else TreeBatch.chain(tokens, count).ancestor_mask
+        hidden = self.head(tokens, features, positions, cache, mask, self._rope, project=True,
+                           backend=self.backend)  # [B, N, H]
         cache.commit_prefix(count, self.backlog)
         self._root_hidden = hidden.gather(1, (count - 1)[:, None, None].expand(-1, 1, hidden.shape[-1]))[:, 0]
         self._root_pos = cache.positions() - 1  # the root's pair is the newest committed one
         self._chunks = []
         self.backlog = np.zeros_like(self.backlog)
-        return self.head.logits(self._root_hidden)
+        return self._logits(self._root_hidden)
+
+    def _logits(self, hidden: Tensor) -> Tensor:
+        """The head's logits over the target's vocabulary, divided by its greedy temperature when decoding
+        greedily (sampling draws from the head's own distribution)."""
+        logits = self.head.logits(hidden)
+        return logits if self._sharpen is None else logits * self._sharpen
 
     def _pack(self) -> tuple[Tensor, Tensor, Tensor]:
         """The queued chunks as one right-padded ragged block: tokens [B, N], features [B, N, F], count [B]."""
@@ -113,6 +130,18 @@ class EagleRunner:
             offset = offset + count
         return out_tok[:, :N], out_feat[:, :N], offset
 
+    def _chain_plan(self, count: Tensor, N: int) -> ops.SdpaPlan:
+        """The catch-up's dense mask: pair j of row b (j < count[b]) sees the row's committed slots and
+        pairs 0..j; padding pairs see only themselves."""
+        cache = self.cache
+        kv_len = int(cache.host_length.max()) + N
+        slots = torch.arange(kv_len, device=count.device)
+        rel = (slots[None, :] - cache.length[:, None])[:, None, :]  # [B, 1, kv]: slot's index among the new pairs
+        j = torch.arange(N, device=count.device)[None, :, None]  # [1, N, 1]
+        real = (slots[None, None, :] >= cache.start[:, None, None]) & (rel <= j)
+        mask = torch.where(j < count[:, None, None], real, rel == j)
+        return ops.SdpaPlan(kv_len, mask[:, None])
+
     def begin_tree(self, width: int, layers: int) -> None:
         """Prepare `layers` frontier forwards of `width` nodes; layer d's nodes sit at slots
         [(d-1) width, d width) of the tree region (as `DraftRunner.begin_tree`)."""
@@ -121,6 +150,11 @@ class EagleRunner:
         self._region = torch.zeros(B, self._slots, self._slots, dtype=torch.bool, device=self.cache.device)
         self._hidden = torch.zeros(B, self._slots, H, dtype=self._root_hidden.dtype, device=self.cache.device)
         self._layer = 0
+        if self._dense:  # the committed prefix each row's nodes see, and where its tree slots lie
+            cache = self.cache
+            slots = torch.arange(int(cache.host_length.max()) + self._slots, device=cache.device)
+            self._prefix = (slots[None, :] >= cache.start[:, None]) & (slots[None, :] < cache.length[:, None])
+            self._columns = cache.length[:, None] + torch.arange(self._slots, device=cache.device)  # [B, slots]
 
     def forward_layer(self, tokens: Tensor, parent_slot: Tensor | None) -> Tensor:
         """Forward one frontier layer; returns its logits [B, F, V].
@@ -142,10 +176,17 @@ class EagleRunner:
         bits[:, rows, s0 + rows] = True
         region[:, s0:s0 + F] = bits
         self._layer = d
-        hidden = self.head(tokens, parent, (self._root_pos + d)[:, None].expand(B, F), self.cache,
-                           pack_bits(bits[:, :, : s0 + F]), project=False, backend=self.backend)
+        if self._dense:
+            kv_len = int(self.cache.host_length.max()) + s0 + F
+            mask = self._prefix[:, None, :kv_len].expand(B, F, kv_len).clone()
+            mask.scatter_(2, self._columns[:, None, : s0 + F].expand(B, F, s0 + F), bits[:, :, : s0 + F])
+            mask = ops.SdpaPlan(kv_len, mask[:, None])
+        else:
+            mask = pack_bits(bits[:, :, : s0 + F])
+        hidden = self.head(tokens, parent, (self._root_pos + d)[:, None].expand(B, F), self.cache, mask, self._rope,
+                           project=False, backend=self.backend)
         self._hidden[:, s0:s0 + F] = hidden
-        return self.head.logits(hidden)
+        return self._logits(hidden)
 
 
 class EagleSupplier(DraftSupplier):
