@@ -6,7 +6,7 @@
 # in the same run). One `specdec bench` per prompt set, so that each exclusive stretch stays short. Run on a
 # quiet machine (here: under /work/bin/cpu-exclusive).
 #
-#   bash bench/eagle.sh [OUT]          # ~2 x 8 minutes on a quiet 2-core CPU
+#   bash bench/eagle.sh [OUT]          # ~2 x 7 minutes on a quiet 2-core CPU
 #   QUICK=1 bash bench/eagle.sh /tmp/x # tiny settings: the pipeline end to end in ~1 minute
 #
 # OUT (default bench/results/<date>-cpu-eagle) gets one <stamp>-e2e folder per prompt set (results.json,
@@ -29,7 +29,7 @@ fi
 for SET in "${SETS[@]}"; do
   "${SPECDEC[@]}" bench --prompt-sets "$SET" --methods ar chain tree eagle eagle-chain \
     --depth 4 --topk 2 --total-tokens 10 \
-    --eagle-shapes 4:4:10 6:4:16 6:8:24 8:4:24 --eagle-chain-depths 4 6 \
+    --eagle-shapes 4:2:8 5:2:10 5:4:12 6:4:16 8:4:24 --eagle-chain-depths 4 6 \
     --valuspec-methods eagle-6x4x16 --calibration-size 8 \
     --batch-sizes "${BATCHES[@]}" --num-prompts "$PROMPTS" --max-new-tokens "$TOKENS" \
     --repeats "$ROUNDS" --interleave --device "$DEVICE" --out "$OUT"
