@@ -176,8 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "(a smoke test)")
     # The demo pair's best tree on a 2-core CPU among those measured (README: "The embedded demo pair").
     add_tree_options(demo, depth=4, topk=2, total_tokens=10)
-    # The embedded head's tree on this CPU (README: "EAGLE heads", the shape sweep).
-    demo.add_argument("--eagle-shape", type=eagle_shape, default=(6, 4, 16), help="the EAGLE tree, "
+    # The embedded head's tree: the best of bench/eagle.sh's shapes at batch 1 and 4 together (README: EAGLE).
+    demo.add_argument("--eagle-shape", type=eagle_shape, default=(5, 2, 10), help="the EAGLE tree, "
                       "depth:topk:total_tokens")
     # Retrieval's budget on this CPU is not tuned yet: 16 nodes keep verification cheap (README: retrieval).
     demo.add_argument("--budget", type=int, default=16, help="retrieval tree size, root included")
