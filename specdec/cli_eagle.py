@@ -37,16 +37,19 @@ def add_train_eagle_parser(sub: argparse._SubParsersAction) -> None:
     tr.add_argument("--draft-vocab", type=int, default=None, help="draft vocabulary: the N most frequent target tokens "
                     "of the data (default: the whole vocabulary)")
     for flag, help_ in (("steps", "optimizer steps"), ("batch_size", "sequences per step"),
-                        ("seq_len", "tokens per training sequence"), ("prompt_len", "corpus tokens the target continues"),
+                        ("seq_len", "tokens per training sequence"),
+                        ("prompt_len", "corpus tokens the target continues"),
                         ("num_sequences", "generated training sequences"), ("ttt_steps", "training-time test steps"),
-                        ("checkpoint_every", "steps between checkpoints"), ("seed", "seed of the data and the weights")):
+                        ("checkpoint_every", "steps between checkpoints"),
+                        ("seed", "seed of the data and the weights")):
         tr.add_argument("--" + flag.replace("_", "-"), type=int, default=getattr(defaults, flag),
                         help=f"{help_} (default {getattr(defaults, flag)})")
     tr.add_argument("--lr", type=float, default=defaults.lr, help=f"peak learning rate (default {defaults.lr})")
     tr.add_argument("--aux-layers", type=int_list, help="target hidden-state indices the head reads (default 2, "
                     "L//2, L-3)")
     tr.add_argument("--stop-at", type=int, help="stop after this step (a rerun resumes)")
-    tr.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="the target's (and the training's) dtype")
+    tr.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
+                    help="the target's (and the training's) dtype")
     tr.add_argument("--save-dtype", choices=sorted(DTYPES), help="dtype of the written head (default --dtype)")
     tr.add_argument("--device", default="auto")
     tr.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -100,6 +100,7 @@ class EagleConfig:
                "rms_norm_eps": self.rms_norm_eps, "hidden_act": self.hidden_act,
                "attention_bias": self.attention_bias, "max_position_embeddings": self.max_position_embeddings,
                "rope_parameters": self.rope or {"rope_type": "default", "rope_theta": 10000.0}}
+        out["rope_theta"] = out["rope_parameters"].get("rope_theta", 10000.0)  # loaders that read the legacy field
         if self.greedy_temperature != 1.0:
             out["specdec_greedy_temperature"] = self.greedy_temperature
         if self.kind == "eagle3":

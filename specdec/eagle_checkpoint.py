@@ -119,7 +119,8 @@ def parse_config(raw: dict, kind: str, target: PreTrainedModel, tensors: dict[st
         raise ValueError(f"config.json: field 'rope_parameters' is {rope!r}, expected an object")
     common = dict(kind=kind, hidden_size=H, num_heads=heads, num_kv_heads=kv, head_dim=head_dim,
                   intermediate_size=_field(raw, "intermediate_size", int), vocab_size=vocab,
-                  rms_norm_eps=_field(raw, "rms_norm_eps", float, 1e-6), hidden_act=_field(raw, "hidden_act", str, "silu"),
+                  rms_norm_eps=_field(raw, "rms_norm_eps", float, 1e-6),
+                  hidden_act=_field(raw, "hidden_act", str, "silu"),
                   attention_bias=_field(raw, "attention_bias", bool, False),
                   max_position_embeddings=_field(raw, "max_position_embeddings", int, 2048), rope=rope,
                   greedy_temperature=_field(raw, "specdec_greedy_temperature", float, 1.0))
@@ -130,7 +131,8 @@ def parse_config(raw: dict, kind: str, target: PreTrainedModel, tensors: dict[st
     if kind == "eagle1":
         bias = "fc.bias" in tensors
         if raw.get("bias") is not None and raw.get("bias") is not bias:
-            raise ValueError(f"fc.bias: config.json says bias={raw['bias']}, the checkpoint {'has' if bias else 'lacks'} it")
+            has = "has" if bias else "lacks"
+            raise ValueError(f"fc.bias: config.json says bias={raw['bias']}, the checkpoint {has} it")
         return EagleConfig(**common, draft_vocab_size=vocab, target_hidden_size=H, aux_layers=(L,), fc_bias=bias)
     nested = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
     ids = nested.get("eagle_aux_hidden_state_layer_ids", raw.get("eagle_aux_hidden_state_layer_ids"))

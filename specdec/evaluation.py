@@ -19,8 +19,8 @@ from .profiling import DEFAULT_SIZES, Profile, cached_profile
 from .sampling import Sampling
 from .valuspec import ValuSpecFilter
 
-__all__ = ["AUTO_PROFILE", "evaluate", "load_datastore", "load_eagle", "print_table", "sampling_options", "smart_profile",
-           "eagle_shape"]
+__all__ = ["AUTO_PROFILE", "evaluate", "load_datastore", "load_eagle", "print_table", "sampling_options",
+           "smart_profile", "eagle_shape"]
 
 AUTO_PROFILE = dict(context_len=256, sizes=DEFAULT_SIZES[:-1], repeats=3)
 

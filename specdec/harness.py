@@ -126,7 +126,8 @@ def make_supplier(method: str, draft: PreTrainedModel | None, *, depth: int = 5,
         if eagle is None:
             raise ValueError(f"--eagle: method {method!r} needs an EAGLE head trained for the target")
         d, k, n = eagle_shape or (depth, topk, total_tokens)
-        return EagleSupplier(eagle, mode="chain" if method == "eagle-chain" else "tree", depth=d, topk=k, total_tokens=n)
+        mode = "chain" if method == "eagle-chain" else "tree"
+        return EagleSupplier(eagle, mode=mode, depth=d, topk=k, total_tokens=n)
     if method == "prompt-lookup":
         return PromptLookupSupplier()
     if method in RETRIEVAL_METHODS:

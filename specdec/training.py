@@ -300,7 +300,8 @@ def train_eagle(target: PreTrainedModel, data, out_dir: str | Path, *, tokenizer
 def _train_step(head: EagleHead, target: PreTrainedModel, sequences: Tensor, opt: torch.optim.Optimizer,
                 params: list[Tensor], vocab: Tensor | None, s: TrainSettings, step: int, result: TrainResult) -> None:
     """One optimizer step on the batch of `step` (a function of the seed and the step: resumable)."""
-    pick = torch.randint(0, len(sequences), (s.batch_size,), generator=torch.Generator().manual_seed(s.seed * 7919 + step))
+    gen = torch.Generator().manual_seed(s.seed * 7919 + step)
+    pick = torch.randint(0, len(sequences), (s.batch_size,), generator=gen)
     tokens = sequences[pick].to(target.device)
     features, probs = target_batch(target, tokens, head.feature_layers, vocab)
     losses = ttt_losses(head, tokens, features, probs, s.ttt_steps)

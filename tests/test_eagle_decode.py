@@ -92,6 +92,18 @@ def test_identity_trained_heads(trained, kind, lengths):
 
 
 @pytest.mark.hf
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_identity_eos_mid_batch_random_heads(tmp_path, arch):
+    target = eagle_target(arch)
+    head = specdec.EagleHead.from_pretrained(write_head(tmp_path / "h", *head_tensors(target, "eagle3")), target)
+    ids, mask = ragged_prompts([6, 10, 9], seed=3)
+    eos = int(reference(target, ids, mask, 20)[0, ids.shape[1] + 4])
+    ref = reference(target, ids, mask, 20, eos=eos)
+    out = run(target, specdec.EagleSupplier(head, depth=3, topk=2, total_tokens=6), ids, mask, 20, eos=eos)
+    assert torch.equal(out.sequences, ref)
+
+
+@pytest.mark.hf
 @pytest.mark.parametrize("kind", ["eagle3", "eagle1"])
 def test_identity_eos_mid_batch(trained, kind):
     target, heads = trained
