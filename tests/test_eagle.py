@@ -20,6 +20,7 @@ from specdec.suppliers.base import root_only
 from specdec.suppliers.eagle import EagleRunner
 from specdec.verify import PromptBlock
 
+pytestmark = pytest.mark.hf  # loading reads configs and RoPE through transformers: both CI versions run it
 LAYERS = 7  # the default feature layers (2, L // 2, L - 3) = (2, 3, 4) are distinct
 
 
@@ -147,7 +148,6 @@ def reference_features(target, seq, layers):
     return torch.cat([hs[i][0] for i in layers], -1)  # [N, k * H]
 
 
-@pytest.mark.hf
 @pytest.mark.parametrize("arch, backend", [("llama", "auto"), ("qwen2", "auto"), ("qwen3", "auto"), ("llama", "torch")])
 @pytest.mark.parametrize("kind", ["eagle3", "eagle1"])
 def test_head_matches_a_plain_reading_of_the_layout(tmp_path, arch, backend, kind):
@@ -182,7 +182,6 @@ def test_head_matches_a_plain_reading_of_the_layout(tmp_path, arch, backend, kin
         torch.testing.assert_close(l2[b], logits[-1], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.hf
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_capture_follows_the_hidden_states_tuple(arch):
     """FeatureCapture's index i is transformers' hidden_states[i] for every i in 0..L (0: embeddings,
@@ -204,7 +203,6 @@ def test_capture_follows_the_hidden_states_tuple(arch):
         install_capture(target, (8,))
 
 
-@pytest.mark.hf
 def test_an_off_by_one_feature_index_is_caught(tmp_path):
     """The head's output depends on which hidden state it reads: the reference fed the neighbouring
     indices (i - 1 or i + 1, the two ways to get the convention wrong) disagrees with the runner."""
