@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 
 import specdec
 from conftest import make_model, ragged_prompts
-from specdec.attention import FeatureCapture, install_capture
+from specdec.attention import install_capture
 from specdec.state import DecodeState
 from specdec.suppliers.base import root_only
 from specdec.suppliers.eagle import EagleRunner

@@ -20,7 +20,7 @@ from specdec.suppliers.base import root_only
 from specdec.suppliers.eagle import EagleRunner
 from specdec.training import TrainSettings, greedy_sequences, target_batch, train_eagle, ttt_logits, ttt_losses
 from specdec.verify import PromptBlock
-from test_eagle import LAYERS, eagle_target, head_tensors, write_head
+from test_eagle import eagle_target, head_tensors, write_head
 from test_sampling import WARPS, assert_matches
 from test_valuspec import calibration
 
