@@ -21,17 +21,20 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .cost import CostModel
 from .datastore import Datastore
+from .eagle import EagleHead
 from .generate import SpeculativeGenerator, Stats, TreeFilter
 from .profiling import Profile
 from .sampling import GREEDY, Sampling
-from .suppliers import ARSupplier, DraftSupplier, PromptLookupSupplier, RetrievalSupplier, SmartSupplier, Supplier
+from .suppliers import (ARSupplier, DraftSupplier, EagleSupplier, PromptLookupSupplier, RetrievalSupplier, SmartSupplier,
+                        Supplier)
 
 __all__ = ["METHODS", "PROMPT_SETS", "MethodResult", "environment", "load_prompts", "make_supplier", "smart_variant",
            "run_method", "compare_to_ar", "plot_results"]
 
-METHODS = ("ar", "chain", "tree", "prompt-lookup", "smart", "retrieval", "retrieval-smart")
+METHODS = ("ar", "chain", "tree", "prompt-lookup", "smart", "retrieval", "retrieval-smart", "eagle", "eagle-chain")
 RETRIEVAL_METHODS = ("retrieval", "retrieval-smart")  # need a datastore; retrieval-smart also a cost profile
 DRAFT_METHODS = ("chain", "tree", "smart")
+EAGLE_METHODS = ("eagle", "eagle-chain")  # need an EAGLE head for the target (--eagle)
 # SmartSupplier options a bench variant may set ("alpha=0.5,budget=64"; "default" sets none).
 SMART_OPTIONS = {"alpha": float, "budget": int, "benefit": str, "topk": int, "frontier": int, "max_depth": int,
                  "padding_aware": bool, "early_stop": bool, "refit_every": int, "reprofile": bool,
@@ -111,11 +114,20 @@ def smart_variant(spec: str) -> dict:
 
 def make_supplier(method: str, draft: PreTrainedModel | None, *, depth: int = 5, topk: int = 4,
                   total_tokens: int = 32, datastore: Datastore | None = None, budget: int = 64,
-                  cost: Profile | CostModel | None = None, smart: dict | None = None) -> Supplier:
+                  cost: Profile | CostModel | None = None, smart: dict | None = None,
+                  eagle: EagleHead | None = None, eagle_shape: tuple[int, int, int] | None = None) -> Supplier:
     """The supplier of a method; `cost` and `smart` (SmartSupplier options) serve methods "smart" and
-    "retrieval-smart" (retrieval trees sized by SMART's rule, `budget` the cap; of `smart`, alpha and benefit)."""
+    "retrieval-smart" (retrieval trees sized by SMART's rule, `budget` the cap; of `smart`, alpha and benefit);
+    `eagle` (a head loaded for the target) and `eagle_shape` ((depth, topk, total_tokens), default the
+    tree options) serve "eagle" and "eagle-chain"."""
     if method == "ar":
         return ARSupplier()
+    if method in EAGLE_METHODS:
+        if eagle is None:
+            raise ValueError(f"--eagle: method {method!r} needs an EAGLE head trained for the target")
+        d, k, n = eagle_shape or (depth, topk, total_tokens)
+        mode = "chain" if method == "eagle-chain" else "tree"
+        return EagleSupplier(eagle, mode=mode, depth=d, topk=k, total_tokens=n)
     if method == "prompt-lookup":
         return PromptLookupSupplier()
     if method in RETRIEVAL_METHODS:
@@ -163,6 +175,7 @@ class MethodResult:
     filter: dict | None = None  # the filter's FilterStats.to_dict() (ValuSpec runs)
     filter_share: float | None = None  # the filter stage's share of step time (ValuSpec: the scorer's)
     repeats: int = 1  # timed runs per batch; the fastest counts
+    stage_seconds: dict[str, float] | None = None  # time per loop stage (Stats.stage_seconds) of the first run
 
     def identity_note(self) -> str:
         """"yes", or how many rows differ and where (in low precision a logit tie can flip a token)."""
@@ -175,6 +188,7 @@ class MethodResult:
         out["accepted_histogram"] = json.dumps(self.accepted_histogram)
         out["first_difference_at"] = json.dumps(self.first_difference_at)
         out["filter"] = json.dumps(self.filter)
+        out["stage_seconds"] = json.dumps(self.stage_seconds)
         return out
 
 
@@ -231,7 +245,8 @@ def run_method(target: PreTrainedModel, supplier: Supplier, prompts: list[list[i
     total = Stats.merge(stats)
     result = MethodResult(method, prompt_set, batch_size, len(prompts), total.new_tokens, seconds,
                           total.new_tokens / seconds if seconds else 0.0, total.mean_accepted_length,
-                          total.mean_tree_size, total.accepted_histogram, repeats=repeats)
+                          total.mean_tree_size, total.accepted_histogram, repeats=repeats,
+                          stage_seconds={k: round(v, 4) for k, v in total.stage_seconds.items()})
     if total.filter is not None:
         result.filter = total.filter.to_dict()
         result.filter_share = total.filter_share

@@ -38,6 +38,11 @@ class Supplier(ABC):
     def commit(self, acceptance: Acceptance) -> None:
         """Learn what the target accepted (advance a draft cache, ...)."""
 
+    def feature_layers(self) -> tuple[int, ...] | None:
+        """Indices of the target's ``hidden_states`` tuple (`attention.FeatureCapture`) whose values this
+        supplier needs at the accepted positions (and the prompt's) in every `Acceptance`; None: none."""
+        return None
+
     def record_verify(self, width: int, seconds: float) -> None:
         """The step's verification took `seconds` (host wall-clock, its sync included) for trees padded to
         `width` nodes at this batch's size; suppliers that adapt to measured costs (SMART) use it."""
