@@ -72,6 +72,10 @@ else
   echo "skipped: pydivsufsort is not installed" | tee "$OUT/valuspec.txt"
 fi
 
+echo "== EAGLE heads (embedded pair and head; batch 1 and 16, 8 prompts, one round)"
+SPECDEC="python3 -m specdec.cli" EAGLE_SETS=spec_bench EAGLE_BATCHES="1 16" EAGLE_PROMPTS=8 EAGLE_ROUNDS=1 DEVICE=cuda \
+  stage 60 bash bench/eagle.sh "$DATA/eagle" 2>&1 | grep -v "it/s\]" | tail -n 12 | tee "$OUT/eagle.txt"
+
 echo "== end to end (embedded pair, Spec-Bench prompts)"
 # Retrieval needs pydivsufsort, which the image lacks: the draft and prompt-lookup methods only.
 stage 60 python3 bench/e2e.py --device cuda --methods ar chain tree prompt-lookup --prompt-sets spec_bench \

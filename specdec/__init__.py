@@ -5,9 +5,10 @@ from .cache import TreeCache
 from .calibration import Calibration, calibrate
 from .cost import CostModel
 from .datastore import Datastore
+from .eagle import EagleHead
 from .generate import FilterStats, GenerateOutput, SpeculativeGenerator, Stats, TreeFilter
 from .profiling import Profile, profile
-from .suppliers import (ARSupplier, DraftSupplier, PromptLookupSupplier, RetrievalSupplier, SmartSupplier,
+from .suppliers import (ARSupplier, DraftSupplier, EagleSupplier, PromptLookupSupplier, RetrievalSupplier, SmartSupplier,
                         Supplier)
 from .tree import TreeBatch
 from .valuspec import BranchScorer, FixedThresholdFilter, ValuSpecFilter
@@ -27,6 +28,8 @@ __all__ = [
     "Supplier",
     "ARSupplier",
     "DraftSupplier",
+    "EagleHead",
+    "EagleSupplier",
     "PromptLookupSupplier",
     "RetrievalSupplier",
     "Datastore",

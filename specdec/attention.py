@@ -13,7 +13,9 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-from dataclasses import dataclass
+import weakref
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -28,7 +30,8 @@ from .ops._backend import resolve_backend
 from .parallel import check_placement
 from .tree import prefill_mask
 
-__all__ = ["TreeAttentionMetadata", "install", "tree_forward", "model_forward", "prefill", "PREFIX"]
+__all__ = ["TreeAttentionMetadata", "FeatureCapture", "install", "install_capture", "tree_forward", "model_forward",
+           "prefill", "PREFIX"]
 
 PREFIX = "specdec_"
 
@@ -110,6 +113,73 @@ def install(model: PreTrainedModel, what: str = "model") -> None:
                          "(it does not use transformers' AttentionInterface)")
 
 
+@dataclass
+class FeatureCapture:
+    """Hidden states of a forward at some indices of transformers' ``hidden_states`` tuple.
+
+    The convention is the tuple's (checked equal on transformers 5.17 and 5.24): index 0 is the embedding
+    output, index i < L the input of decoder layer i (the pre-final-norm residual stream), index L (the
+    number of layers) the last layer's output after the final norm. Only the requested indices are
+    kept, so a forward holds no more than it must. `install_capture` puts the hooks on a model; a forward
+    fills `states` only while `model_forward` runs with this capture.
+    Example: a 6-layer target and layers (2, 3, 5): states {2: [B, N, d], 3: ..., 5: ...} after the forward.
+    """
+
+    layers: tuple[int, ...]
+    states: dict[int, Tensor] = field(default_factory=dict)
+
+    def features(self) -> Tensor:
+        """[B, N, len(layers) * d]: the captured states concatenated in the order of `layers`."""
+        missing = [i for i in self.layers if i not in self.states]
+        if missing:
+            raise RuntimeError(f"hidden states {missing} were not captured (install_capture was not run on this model)")
+        return torch.cat([self.states[i] for i in self.layers], -1)
+
+
+_ACTIVE_CAPTURE: ContextVar[FeatureCapture | None] = ContextVar("specdec_capture", default=None)
+_CAPTURE_HOOKS: "weakref.WeakKeyDictionary[torch.nn.Module, set[int]]" = weakref.WeakKeyDictionary()
+
+
+def _decoder_parts(model: PreTrainedModel) -> tuple[torch.nn.ModuleList, torch.nn.Module]:
+    decoder = model.get_decoder()
+    layers, norm = getattr(decoder, "layers", None), getattr(decoder, "norm", None)
+    if not isinstance(layers, torch.nn.ModuleList) or not isinstance(norm, torch.nn.Module):
+        raise ValueError(f"model: {type(model).__name__}'s decoder has no `layers` list and final `norm`; its hidden "
+                         "states cannot be captured")
+    return layers, norm
+
+
+def install_capture(model: PreTrainedModel, layers: tuple[int, ...]) -> None:
+    """Hooks that record `model`'s hidden states at the given ``hidden_states`` indices during a
+    `model_forward` with a `FeatureCapture` (idempotent per index; inert otherwise). Index i < L: a
+    forward pre-hook on decoder layer i (its input); index L: a forward hook on the final norm (its output).
+    ValueError for an index outside 0..L."""
+    blocks, norm = _decoder_parts(model)
+    L = len(blocks)
+    bad = [i for i in layers if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i <= L]
+    if bad:
+        raise ValueError(f"layers: hidden-state indices {bad} outside 0..{L} (the model has {L} layers)")
+    done = _CAPTURE_HOOKS.setdefault(model, set())
+    for i in sorted(set(layers) - done):
+        if i < L:
+            blocks[i].register_forward_pre_hook(functools.partial(_record_input, i), with_kwargs=True)
+        else:
+            norm.register_forward_hook(functools.partial(_record_output, i))
+        done.add(i)
+
+
+def _record_input(index: int, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+    capture = _ACTIVE_CAPTURE.get()
+    if capture is not None and index in capture.layers:
+        capture.states[index] = args[0] if args else kwargs["hidden_states"]
+
+
+def _record_output(index: int, module: torch.nn.Module, args: tuple, output: Tensor) -> None:
+    capture = _ACTIVE_CAPTURE.get()
+    if capture is not None and index in capture.layers:
+        capture.states[index] = output
+
+
 @functools.lru_cache(maxsize=None)
 def _cache_keyword(model_type: type) -> str:
     # transformers renamed `past_key_values` to `cache` in 5.24; 5.17 silently swallows an unknown `cache=`.
@@ -128,6 +198,7 @@ def tree_forward(
     logits_to_keep: int = 0,
     causal_rows: int = 0,
     hidden_states: bool = False,
+    capture: FeatureCapture | None = None,
 ) -> Tensor:
     """One forward of `model` over T new nodes per row, their K/V written to the cache's tree region.
 
@@ -135,7 +206,7 @@ def tree_forward(
     own slots start at ``cache.tree_len``). Checks capacity before anything is written. Returns logits
     [B, T, V] (or the last `logits_to_keep` nodes'), or with ``hidden_states=True`` the decoder's final
     hidden states [B, T, d] and no LM head (a scorer projects only the tokens it needs, with K3).
-    causal_rows: see `TreeAttentionMetadata.build`.
+    causal_rows: see `TreeAttentionMetadata.build`. capture: record hidden states (`FeatureCapture`).
     """
     B, T = tokens.shape
     if B != cache.batch_size:
@@ -144,15 +215,30 @@ def tree_forward(
     meta = TreeAttentionMetadata.build(cache.start, cache.length, tree_mask, backend, host_start=cache.host_start,
                                        host_length=cache.host_length, region=cache.tree_len + T,
                                        causal_rows=causal_rows)
-    out = model_forward(model, cache, tokens, positions, meta, logits_to_keep, hidden_states=hidden_states)
+    out = model_forward(model, cache, tokens, positions, meta, logits_to_keep, hidden_states=hidden_states,
+                        capture=capture)
     cache.advance(T)
     return out
 
 
 def model_forward(model: PreTrainedModel, cache: Cache, tokens: Tensor, positions: Tensor,
-                  meta: TreeAttentionMetadata, logits_to_keep: int = 0, *, hidden_states: bool = False) -> Tensor:
+                  meta: TreeAttentionMetadata, logits_to_keep: int = 0, *, hidden_states: bool = False,
+                  capture: FeatureCapture | None = None) -> Tensor:
     """The model call of a tree forward: metadata through the forward's keyword arguments. Logits, or
-    with `hidden_states` the decoder's final hidden states (the LM head is not run)."""
+    with `hidden_states` the decoder's final hidden states (the LM head is not run). With `capture`, the
+    hooks of `install_capture` record the requested hidden states of every forwarded node into it."""
+    if capture is None:
+        return _model_call(model, cache, tokens, positions, meta, logits_to_keep, hidden_states)
+    capture.states.clear()
+    token = _ACTIVE_CAPTURE.set(capture)
+    try:
+        return _model_call(model, cache, tokens, positions, meta, logits_to_keep, hidden_states)
+    finally:
+        _ACTIVE_CAPTURE.reset(token)
+
+
+def _model_call(model: PreTrainedModel, cache: Cache, tokens: Tensor, positions: Tensor, meta: TreeAttentionMetadata,
+                logits_to_keep: int, hidden_states: bool) -> Tensor:
     if hidden_states:
         decoder = model.get_decoder()
         out = decoder(input_ids=tokens, position_ids=positions, use_cache=True, specdec_tree=meta,

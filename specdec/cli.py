@@ -28,7 +28,9 @@ from .generate import SpeculativeGenerator, Stats
 from .harness import METHODS, PROMPT_SETS
 from .models import DTYPES, load_model, load_tokenizer, one_line
 from .profiling import DEFAULT_SIZES, Profile, profile
-from .evaluation import check_tokenizers, evaluate, load_datastore, print_table, sampling_options, smart_profile
+from .cli_eagle import add_train_eagle_parser, cmd_train_eagle
+from .evaluation import (check_tokenizers, eagle_shape, evaluate, load_datastore, load_eagle, print_table,
+                         sampling_options, smart_profile)
 from .records import atomic_write_text
 from .valuspec import DEFAULT_UNIT, FixedThresholdFilter, ValuSpecFilter
 
@@ -62,6 +64,12 @@ def add_smart_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--padding-aware", action=argparse.BooleanOptionalAction, default=None,
                         help="SMART's padding-aware marginal cost for batches (default: on)")
     parser.add_argument("--no-planner", action="store_true", help="SMART drafts every step (no plain steps planned)")
+
+
+def add_eagle_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--eagle", help="EAGLE head folder for methods eagle and eagle-chain (config.json and "
+                        "safetensors, EAGLE-3 or EAGLE-1/2 layout, trained for --target); default with the demo "
+                        "target: its embedded head (demo-eagle)")
 
 
 def add_sampling_options(parser: argparse.ArgumentParser) -> None:
@@ -161,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="generate text with a speculative method; prints text and stats")
     gen.add_argument("--target", required=True, help=MODEL_HELP)
     gen.add_argument("--draft", help="draft model (methods chain and tree); " + MODEL_HELP)
+    add_eagle_option(gen)
     gen.add_argument("--method", choices=METHODS, default="tree")
     prompts = gen.add_mutually_exclusive_group(required=True)
     prompts.add_argument("--prompt", action="append", help="a prompt (repeat for several)")
@@ -191,6 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "(a smoke test)")
     # The demo pair's best tree on a 2-core CPU among those measured (README: "The embedded demo pair").
     add_tree_options(demo, depth=4, topk=2, total_tokens=10)
+    # The embedded head's tree: the best of bench/eagle.sh's shapes at batch 1 and 4 together (README: EAGLE).
+    demo.add_argument("--eagle-shape", type=eagle_shape, default=(5, 2, 10), help="the EAGLE tree, "
+                      "depth:topk:total_tokens")
     # Retrieval's budget on this CPU is not tuned yet: 16 nodes keep verification cheap (README: retrieval).
     demo.add_argument("--budget", type=int, default=16, help="retrieval tree size, root included")
     add_sampling_options(demo)
@@ -226,10 +238,16 @@ def build_parser() -> argparse.ArgumentParser:
                        "draft as scorer, tau calibrated once (cached) on the last --calibration-size prompts of the "
                        "first prompt set")
     bench.add_argument("--calibration-size", type=int, default=8, help="calibration prompts for --valuspec-methods")
+    add_eagle_option(bench)
+    bench.add_argument("--eagle-shapes", type=eagle_shape, nargs="+", help="EAGLE trees, depth:topk:total_tokens "
+                       "each (default: --depth, --topk, --total-tokens); several run as eagle-<d>x<k>x<n>")
+    bench.add_argument("--eagle-chain-depths", type=int, nargs="+", help="EAGLE chain depths (default --depth); "
+                       "several run as eagle-chain-<depth>")
     add_sampling_options(bench)
     add_profile_parser(sub)
     add_datastore_parser(sub)
     add_calibrate_parser(sub)
+    add_train_eagle_parser(sub)
     return parser
 
 
@@ -278,9 +296,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
              "frontier": args.frontier, "max_depth": args.max_depth, "padding_aware": args.padding_aware,
              "planner": not args.no_planner}
     smart = {k: v for k, v in smart.items() if v is not None or k == "budget"}  # unset: the supplier's defaults
+    eagle = load_eagle(args.eagle, target, args.target) if args.method in harness.EAGLE_METHODS else None
     supplier = harness.make_supplier(args.method, draft, depth=args.depth, topk=args.topk,
                                      total_tokens=args.total_tokens, datastore=datastore,
-                                     budget=64 if args.budget is None else args.budget, cost=cost, smart=smart)
+                                     budget=64 if args.budget is None else args.budget, cost=cost, smart=smart,
+                                     eagle=eagle)
     generator = SpeculativeGenerator(target, supplier, make_filter(args, calibration, target, draft))
     rng = None if seed is None else torch.Generator(device=target.device).manual_seed(seed)
     results, stats = [], []
@@ -355,12 +375,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     check_device(args)
     if args.quick:
         args.prompts, args.max_new_tokens = 2, 16
-    # Static tree vs SMART at batch 1 and 4 (AR beside them for the speedups); the other methods at batch 1.
-    args.batch_sizes, args.wide_methods = [1, 4], ("ar", "tree", "smart")
+    # Static tree, SMART and EAGLE (alone and under ValuSpec) at batch 1 and 4 (AR beside them for the
+    # speedups); the other methods at batch 1.
+    args.batch_sizes, args.wide_methods = [1, 4], ("ar", "tree", "smart", "eagle")
     args.datastore, args.budgets = None, [args.budget]
-    # Retrieval + ValuSpec with the demo draft as scorer, calibrated on the last 3 HumanEval prompts (never
-    # among the evaluated ones, which come first); batch 1 only, since the demo is already near 3 minutes.
-    args.valuspec_methods, args.calibration_prompts = ("retrieval",), harness.load_prompts("humaneval")[-3:]
+    args.eagle, args.eagle_shapes, args.eagle_chain_depths = None, [args.eagle_shape], [args.eagle_shape[0]]
+    # ValuSpec with the demo draft as scorer, on retrieval (batch 1) and EAGLE trees, calibrated on the last 3
+    # HumanEval prompts (never among the evaluated ones, which come first).
+    args.valuspec_methods, args.calibration_prompts = ("retrieval", "eagle"), harness.load_prompts("humaneval")[-3:]
     # --quick retrieves from the first 100 stdlib files (~0.5M tokens, seconds to build) instead of all (~8.6M)
     results, env = evaluate(args, "demo-target", "demo-draft", ["humaneval"], args.prompts, list(METHODS),
                             stdlib_files=100 if args.quick else None)
@@ -467,7 +489,7 @@ def cmd_datastore(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"generate": cmd_generate, "demo": cmd_demo, "bench": cmd_bench, "profile": cmd_profile,
-            "datastore": cmd_datastore, "calibrate": cmd_calibrate}
+            "datastore": cmd_datastore, "calibrate": cmd_calibrate, "train-eagle": cmd_train_eagle}
 
 
 def main(argv: list[str] | None = None) -> int:

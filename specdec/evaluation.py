@@ -13,13 +13,14 @@ from tqdm import tqdm
 from . import harness
 from .calibration import DEFAULT_WINDOW, Calibration, cached_calibration
 from .datastore import Datastore, stdlib_datastore, vocab_hash
+from .eagle import EagleHead
 from .models import TOKENIZER_FILES, load_model, load_tokenizer, resolve_name
 from .profiling import DEFAULT_SIZES, Profile, cached_profile
 from .sampling import Sampling
 from .valuspec import ValuSpecFilter
 
-__all__ = ["AUTO_PROFILE", "check_tokenizers", "evaluate", "load_datastore", "print_table", "sampling_options",
-           "smart_profile"]
+__all__ = ["AUTO_PROFILE", "check_tokenizers", "eagle_shape", "evaluate", "load_datastore", "load_eagle",
+           "print_table", "sampling_options", "smart_profile"]
 
 AUTO_PROFILE = dict(context_len=256, sizes=DEFAULT_SIZES[:-1], repeats=3)
 
@@ -56,6 +57,30 @@ def check_tokenizers(tokenizer, models: dict[str, str | None]) -> None:
                              "tokens, vocabulary hashes differ); drafts and scorers must share the target's tokenizer")
 
 
+def load_eagle(path: str | None, target, target_name: str) -> EagleHead | None:
+    """The EAGLE head for methods eagle/eagle-chain: `path` (a folder or "demo-eagle"), or with the demo
+    target the embedded head; None for other targets without one."""
+    if path is None and target_name != "demo-target":
+        return None
+    name = resolve_name("demo-eagle") if path in (None, "demo-eagle") else str(Path(path).expanduser())
+    try:
+        return EagleHead.from_pretrained(name, target)
+    except ValueError as err:
+        raise ValueError(f"--eagle: {err}") from None
+
+
+def eagle_shape(text: str) -> tuple[int, int, int]:
+    """"depth:topk:total_tokens" (e.g. "6:4:16") -> a tuple of three ints >= 1."""
+    parts = text.split(":")
+    try:
+        shape = tuple(int(x) for x in parts)
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"expected depth:topk:total_tokens (three ints >= 1), got {text!r}")
+    return shape  # type: ignore[return-value]
+
+
 def sampling_options(args: argparse.Namespace) -> tuple[Sampling, int | None]:
     """The `Sampling` of --temperature, --top-k, --top-p and the --seed; ValueError naming the flag."""
     try:
@@ -90,6 +115,16 @@ def variant_runs(args: argparse.Namespace, runs: dict, cost: Profile | None) -> 
             for v in getattr(args, "smart_variants", None) or ["default"]:
                 name = "smart" if v == "default" else f"smart[{v}]"
                 out[name], options[name] = (method, budget), {"cost": cost, "smart": harness.smart_variant(v)}
+        elif method == "eagle":  # one run per tree shape
+            shapes = getattr(args, "eagle_shapes", None) or [(args.depth, args.topk, args.total_tokens)]
+            for d, k, n in shapes:
+                name = "eagle" if len(shapes) == 1 else f"eagle-{d}x{k}x{n}"
+                out[name], options[name] = (method, budget), {"eagle_shape": (d, k, n)}
+        elif method == "eagle-chain":
+            depths = getattr(args, "eagle_chain_depths", None) or [args.depth]
+            for d in depths:
+                name = "eagle-chain" if len(depths) == 1 else f"eagle-chain-{d}"
+                out[name], options[name] = (method, budget), {"eagle_shape": (d, 1, d + 1)}
         else:
             out[label] = (method, budget)
     return out, options
@@ -114,6 +149,9 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
         datastore = load_datastore(args.datastore, tokenizer, target_name, stdlib_files)
     target = load_model(target_name, dtype=args.dtype, device=args.device, what="--target")
     draft = load_model(draft_name, dtype=args.dtype, device=str(target.device), what="--draft") if draft_name else None
+    eagle = (load_eagle(getattr(args, "eagle", None), target, target_name)
+             if set(methods) & set(harness.EAGLE_METHODS) else None)
+    methods = [m for m in methods if eagle is not None or m not in harness.EAGLE_METHODS]
     runs = {}  # label -> (method, retrieval budget), in the order of `methods`
     for m in methods:
         if m == "retrieval":  # one run per budget
@@ -139,7 +177,8 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
             method, budget = runs[m]
             supplier = harness.make_supplier(method, draft, **{"depth": args.depth, "topk": args.topk,
                                                                "datastore": datastore, "total_tokens": args.total_tokens,
-                                                               "budget": budget, "cost": cost, **options.get(m, {})})
+                                                               "budget": budget, "cost": cost, "eagle": eagle,
+                                                               **options.get(m, {})})
             filt = ValuSpecFilter(draft, calibration) if m.endswith("+valuspec") else None
             harness.run_method(target, supplier, encoded[ps][:bs], batch_size=bs, max_new_tokens=4, method=m,
                                prompt_set=ps, pad_token_id=tokenizer.pad_token_id, eos_token_id=None,
@@ -161,6 +200,10 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
     if datastore is not None:
         env["retrieval"] = {"datastore": str(datastore.path), "num_tokens": datastore.num_tokens,
                             "budgets": args.budgets}
+    if eagle is not None:
+        env["eagle"] = {"head": getattr(args, "eagle", None) or "demo-eagle", "kind": eagle.config.kind,
+                        "feature_layers": list(eagle.feature_layers), "draft_vocab": eagle.config.draft_vocab_size,
+                        "runs": {m: options[m]["eagle_shape"] for m in runs if "eagle_shape" in options.get(m, {})}}
     if calibration is not None:
         env["valuspec"] = {"calibration": asdict(calibration), "scorer": draft_name}
     if cost is not None:
@@ -188,9 +231,9 @@ def valuspec_runs(args: argparse.Namespace, runs: dict, options: dict, tokenizer
 
 
 def print_table(results: list[harness.MethodResult]) -> None:
-    print(f"{'method':<20}{'prompts':<12}{'batch':>6}{'tok/s':>9}{'speedup':>9}{'accepted':>10}{'tree':>7}  identical")
+    print(f"{'method':<24}{'prompts':<12}{'batch':>6}{'tok/s':>9}{'speedup':>9}{'accepted':>10}{'tree':>7}  identical")
     for r in results:
-        print(f"{r.method:<20}{r.prompt_set:<12}{r.batch_size:>6}{r.tokens_per_second:>9.1f}{r.speedup_vs_ar:>8.2f}x"
+        print(f"{r.method:<24}{r.prompt_set:<12}{r.batch_size:>6}{r.tokens_per_second:>9.1f}{r.speedup_vs_ar:>8.2f}x"
               f"{r.mean_accepted_length:>10.2f}{r.mean_tree_size:>7.1f}  {r.identity_note()}")
     for r in results:
         if r.filter is not None:

@@ -192,6 +192,7 @@ class SpeculativeGenerator:
         self.filter = filter
         self.validate_trees = validate_trees  # check every proposed tree (one sync per step more)
         supplier.attach(target)
+        self.verifier.request_features(supplier.feature_layers())  # EAGLE heads read the target's hidden states
         if filter is not None:
             filter.attach(target, supplier)
 

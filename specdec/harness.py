@@ -22,17 +22,21 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .cost import CostModel
 from .datastore import Datastore
+from .eagle import EagleHead
 from .generate import SpeculativeGenerator, Stats, TreeFilter
 from .profiling import Profile
 from .sampling import GREEDY, Sampling
-from .suppliers import ARSupplier, DraftSupplier, PromptLookupSupplier, RetrievalSupplier, SmartSupplier, Supplier
+from .suppliers import (ARSupplier, DraftSupplier, EagleSupplier, PromptLookupSupplier, RetrievalSupplier, SmartSupplier,
+                        Supplier)
 
 __all__ = ["METHODS", "PROMPT_SETS", "MethodResult", "Run", "environment", "load_prompts", "make_supplier",
            "smart_variant", "run_method", "run_interleaved", "compare_to_ar", "plot_results"]
 
-METHODS = ("ar", "chain", "tree", "prompt-lookup", "prompt-lookup-smart", "smart", "retrieval", "retrieval-smart")
+METHODS = ("ar", "chain", "tree", "prompt-lookup", "prompt-lookup-smart", "smart", "retrieval", "retrieval-smart",
+           "eagle", "eagle-chain")
 RETRIEVAL_METHODS = ("retrieval", "retrieval-smart")  # need a datastore; retrieval-smart also a cost profile
 DRAFT_METHODS = ("chain", "tree", "smart")
+EAGLE_METHODS = ("eagle", "eagle-chain")  # need an EAGLE head for the target (--eagle)
 # SmartSupplier options a bench variant may set ("alpha=0.5,budget=64"; "default" sets none).
 SMART_OPTIONS = {"alpha": float, "budget": int, "benefit": str, "topk": int, "frontier": int, "max_depth": int,
                  "padding_aware": bool, "early_stop": bool, "planner": bool, "online": bool, "margin": float,
@@ -114,11 +118,20 @@ def smart_variant(spec: str) -> dict:
 
 def make_supplier(method: str, draft: PreTrainedModel | None, *, depth: int = 5, topk: int = 4,
                   total_tokens: int = 32, datastore: Datastore | None = None, budget: int = 64,
-                  cost: Profile | CostModel | None = None, smart: dict | None = None) -> Supplier:
+                  cost: Profile | CostModel | None = None, smart: dict | None = None,
+                  eagle: EagleHead | None = None, eagle_shape: tuple[int, int, int] | None = None) -> Supplier:
     """The supplier of a method; `cost` and `smart` (SmartSupplier options) serve methods "smart" and
-    "retrieval-smart" (retrieval trees sized by SMART's rule, `budget` the cap; of `smart`, alpha and benefit)."""
+    "retrieval-smart" (retrieval trees sized by SMART's rule, `budget` the cap; of `smart`, alpha and benefit);
+    `eagle` (a head loaded for the target) and `eagle_shape` ((depth, topk, total_tokens), default the
+    tree options) serve "eagle" and "eagle-chain"."""
     if method == "ar":
         return ARSupplier()
+    if method in EAGLE_METHODS:
+        if eagle is None:
+            raise ValueError(f"--eagle: method {method!r} needs an EAGLE head trained for the target")
+        d, k, n = eagle_shape or (depth, topk, total_tokens)
+        mode = "chain" if method == "eagle-chain" else "tree"
+        return EagleSupplier(eagle, mode=mode, depth=d, topk=k, total_tokens=n)
     if method == "prompt-lookup":
         return PromptLookupSupplier()
     if method == "prompt-lookup-smart":
@@ -174,6 +187,7 @@ class MethodResult:
     filter: dict | None = None  # the filter's FilterStats.to_dict() (ValuSpec runs)
     filter_share: float | None = None  # the filter stage's share of step time (ValuSpec: the scorer's)
     repeats: int = 1  # timed runs per batch; the fastest counts
+    stage_seconds: dict[str, float] | None = None  # time per loop stage (Stats.stage_seconds) of the first run
 
     def identity_note(self) -> str:
         """"yes", or how many rows differ and where (in low precision a logit tie can flip a token)."""
@@ -270,7 +284,7 @@ def _summary(method: str, prompt_set: str, batch_size: int, prompts: int, best: 
     result = MethodResult(method, prompt_set, batch_size, prompts, total.new_tokens, seconds,
                           total.new_tokens / seconds if seconds else 0.0, total.mean_accepted_length,
                           total.mean_tree_size, total.accepted_histogram, repeats=repeats,
-                          stage_seconds={k: v for k, v in total.stage_seconds.items()})
+                          stage_seconds={k: round(v, 4) for k, v in total.stage_seconds.items()})
     if total.filter is not None:
         result.filter = total.filter.to_dict()
         result.filter_share = total.filter_share

@@ -131,11 +131,11 @@ def smollm2_path() -> Path:
 
 
 def resolve_name(name: str, what: str = "model") -> str:
-    """Model names with a meaning here: "demo-target"/"demo-draft" (the embedded pair), "smollm2"; a local
-    path; or a hub id. A name that is neither an existing path nor a hub id that can be fetched is a
-    ValueError naming `what` at once (transformers would read a missing relative path as a hub id and
-    retry the network for about a minute before saying so)."""
-    if name in ("demo-target", "demo-draft"):
+    """Model names with a meaning here: "demo-target"/"demo-draft" (the embedded pair), "demo-eagle" (the
+    demo target's EAGLE head), "smollm2"; a local path; or a hub id. A name that is neither an existing
+    path nor a hub id that can be fetched is a ValueError naming `what` at once (transformers would read a
+    missing relative path as a hub id and retry the network for about a minute before saying so)."""
+    if name in ("demo-target", "demo-draft", "demo-eagle"):
         from .demo_pair import pair_path
 
         return str(pair_path(name.removeprefix("demo-")))

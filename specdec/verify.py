@@ -8,7 +8,7 @@ the `Acceptance`; the cache then holds the accepted path and the bonus token is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
-from .attention import TreeAttentionMetadata, install, model_forward, prefill, tree_forward
+from .attention import FeatureCapture, TreeAttentionMetadata, install, install_capture, model_forward, prefill, tree_forward
 from .cache import TreeCache
 from .sampling import GREEDY, Sampling, accept_predicted, check_generator, sample_accept
 from .tree import TreeBatch, prompt_tree_mask
@@ -40,8 +40,14 @@ class Acceptance:
     node_index:   [B, A] int64: tree node of each accepted token, root first; -1 padding.
     host_tokens, host_num_accepted, host_node_index: the same as numpy arrays, brought back by the
     step's one host sync.
+    features:     [B, A, F] or None: when the verifier was asked for hidden states (`TreeVerifier.
+                  request_features`), the target's hidden states at each accepted node (node_index order,
+                  root first; columns past num_accepted + 1 hold any values): features[:, j] is the state
+                  that predicted tokens[:, j]. F = d * the number of requested indices (concatenated).
+    prompt_features: [B, P, F] or None: the same for the prompt block forwarded with the first tree
+                  (column i predicted prompt token i + 1; columns before a row's padding end hold any values).
     A = max(num_accepted) + 1. Example: chain root->x->y, target agrees with x only and predicts z after
-    x: tokens [[x, z]], num_accepted [1], node_index [[0, 1]].
+    x: tokens [[x, z]], num_accepted [1], node_index [[0, 1]]; features [[h(root), h(x)]].
     """
 
     tokens: Tensor  # [B, A] int64
@@ -50,6 +56,8 @@ class Acceptance:
     host_tokens: np.ndarray  # [B, A] int64
     host_num_accepted: np.ndarray  # [B] int64
     host_node_index: np.ndarray | None = None  # [B, A] int64
+    features: Tensor | None = None  # [B, A, F]
+    prompt_features: Tensor | None = None  # [B, P, F]
 
     @property
     def width(self) -> int:
@@ -91,6 +99,16 @@ class TreeVerifier:
         self.sampling, self.generator = sampling, generator
         self.backend = backend
         self.vocab_size = vocab_size(target)
+        self.feature_layers: tuple[int, ...] = ()
+
+    def request_features(self, layers: tuple[int, ...] | None) -> None:
+        """From now on, return the target's hidden states at these indices of transformers'
+        ``hidden_states`` tuple (`FeatureCapture`'s convention) in every `Acceptance` (None or (): none).
+        ValueError for an index outside 0..num_layers."""
+        layers = tuple(layers or ())
+        if layers:
+            install_capture(self.model, layers)
+        self.feature_layers = layers
 
     @property
     def temperature(self) -> float:
@@ -170,16 +188,20 @@ class TreeVerifier:
             return self._verify_dynamic(tree, cache)
         if cache.tree_len:
             raise ValueError("cache: it holds an uncommitted tree region; commit or roll it back first")
+        capture = FeatureCapture(self.feature_layers) if self.feature_layers else None
+        width = 0  # prompt columns before the tree in this forward
         if prompt is not None and prompt.input_ids.shape[1]:
-            logits = self._forward_with_prompt(tree, cache, prompt)
+            logits = self._forward_with_prompt(tree, cache, prompt, capture)
+            width = prompt.input_ids.shape[1]
         else:
             if prompt is not None:  # a one-token prompt: nothing before the root but its row offsets
                 self.prefill(cache, prompt.input_ids, prompt.start)
             positions = tree.positions(cache.positions())
-            logits = tree_forward(self.model, cache, tree.tokens, positions, tree.ancestor_mask, backend=self.backend)
+            logits = tree_forward(self.model, cache, tree.tokens, positions, tree.ancestor_mask, backend=self.backend,
+                                  capture=capture)
         acc = self._accept(tree, logits)
         cache.commit(acc.node_index, acc.num_accepted + 1, acc.host_num_accepted + 1, acc.host_node_index)
-        return acc
+        return acc if capture is None else _with_features(acc, capture.features(), width, prompt is not None)
 
     def _check_prompt(self, prompt: PromptBlock, tree: TreeBatch, cache: TreeCache | DynamicCache) -> PromptBlock:
         """The prompt block, checked (`_check_block`) for the tree's batch and an empty `cache`."""
@@ -194,7 +216,8 @@ class TreeVerifier:
         except (ValueError, TypeError) as err:
             raise ValueError(f"prompt: {err}") from None
 
-    def _forward_with_prompt(self, tree: TreeBatch, cache: TreeCache, prompt: PromptBlock) -> Tensor:
+    def _forward_with_prompt(self, tree: TreeBatch, cache: TreeCache, prompt: PromptBlock,
+                             capture: FeatureCapture | None) -> Tensor:
         """One target forward over the prompt block and the tree as one region; the block is committed
         where it lies and the tree stays the region. Returns the tree's logits [B, T, V]."""
         ids, start = prompt
@@ -206,7 +229,8 @@ class TreeVerifier:
         mask = prompt_tree_mask(start, P, tree.ancestor_mask)
         # A root-only tree continues the prompt's chain: the whole block is causal on unpadded rows.
         logits = tree_forward(self.model, cache, torch.cat([ids, tree.tokens], 1), positions, mask,
-                              backend=self.backend, logits_to_keep=T, causal_rows=P + 1 if T == 1 else P)
+                              backend=self.backend, logits_to_keep=T, causal_rows=P + 1 if T == 1 else P,
+                              capture=capture)
         cache.absorb_prefix(P)
         return logits
 
@@ -228,10 +252,21 @@ class TreeVerifier:
         meta = TreeAttentionMetadata.build(torch.zeros_like(length), length, tree.ancestor_mask, self.backend,
                                            host_start=np.zeros(1, dtype=np.int64),
                                            host_length=np.full(1, past, dtype=np.int64), region=tree.size)
-        logits = model_forward(self.model, cache, tree.tokens, tree.positions(length), meta)
+        capture = FeatureCapture(self.feature_layers) if self.feature_layers else None
+        logits = model_forward(self.model, cache, tree.tokens, tree.positions(length), meta, capture=capture)
         acc = self._accept(tree, logits)
         keep = torch.cat([torch.arange(past, device=tree.device), past + acc.node_index[0]])
         for layer in cache.layers:
             layer.keys = layer.keys.index_select(2, keep)
             layer.values = layer.values.index_select(2, keep)
-        return acc
+        return acc if capture is None else _with_features(acc, capture.features(), 0, False)
+
+
+def _with_features(acc: Acceptance, features: Tensor, width: int, with_prompt: bool) -> Acceptance:
+    """`acc` with the hidden states of its accepted nodes (and of the prompt block when one was forwarded).
+
+    features: [B, width + T, F], the forward's captured states: `width` prompt columns, then the tree's T nodes.
+    """
+    index = (acc.node_index.clamp(min=0) + width)[:, :, None].expand(-1, -1, features.shape[-1])  # [B, A, F]
+    return replace(acc, features=features.gather(1, index),
+                   prompt_features=features[:, :width] if with_prompt else None)

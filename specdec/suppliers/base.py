@@ -39,6 +39,11 @@ class Supplier(ABC):
     def commit(self, acceptance: Acceptance) -> None:
         """Learn what the target accepted (advance a draft cache, ...)."""
 
+    def feature_layers(self) -> tuple[int, ...] | None:
+        """Indices of the target's ``hidden_states`` tuple (`attention.FeatureCapture`) whose values this
+        supplier needs at the accepted positions (and the prompt's) in every `Acceptance`; None: none."""
+        return None
+
     def record_step(self, step: StepRecord) -> None:
         """What the loop measured in the step just committed (stage times, width, accepted lengths); the
         suppliers that plan their steps (SMART, retrieval and prompt lookup with a cost model) learn from it.

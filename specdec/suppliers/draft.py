@@ -192,32 +192,39 @@ class DraftSupplier(Supplier):
 
     def __init__(self, draft: PreTrainedModel, mode: str = "tree", depth: int = 5, topk: int = 4,
                  total_tokens: int = 32, *, backend: str = "auto"):
+        self._configure(mode, depth, topk, total_tokens, vocab_size(draft))
+        self.draft = draft
+        self.runner = DraftRunner(draft, backend)
+        self.backend = backend
+
+    def _configure(self, mode: str, depth: int, topk: int, total_tokens: int, vocab: int) -> None:
+        """Check and set the tree's shape (shared with `EagleSupplier`, whose runner drafts the same trees)."""
         if mode not in ("chain", "tree"):
             raise ValueError(f"mode: expected 'chain' or 'tree', got {mode!r}")
         depth, topk, total_tokens = (as_int(v, name, low) for v, name, low in (
             (depth, "depth", 1), (topk, "topk", 1), (total_tokens, "total_tokens", 2)))
-        self.draft = draft
-        self.runner = DraftRunner(draft, backend)
         self.mode = mode
         self.depth = depth
         self.topk = 1 if mode == "chain" else topk
         pool = 1 + self.topk + (depth - 1) * self.topk * self.topk
         self.total_tokens = depth + 1 if mode == "chain" else min(total_tokens, pool)
         self.requested_total = total_tokens
-        self.backend = backend
-        if self.topk > vocab_size(draft):
-            raise ValueError(f"topk: {topk} exceeds the draft's vocabulary of {vocab_size(draft)}")
+        if self.topk > vocab:
+            raise ValueError(f"topk: {topk} exceeds the draft's vocabulary of {vocab}")
 
     def attach(self, target: PreTrainedModel) -> None:
         """Bounds that need the target: a tree deeper or larger than the models' positions, or more
         children per node than the ids draft and target share, is a ValueError naming the argument."""
         self.runner.attach(target)
-        limit = position_limit(target, self.draft)
+        self._check_bounds(position_limit(target, self.draft), self.runner.vocab.size)
+
+    def _check_bounds(self, limit: int | None, shared_ids: int) -> None:
+        """The tree's shape against the models' positions (`limit`) and the ids drafter and target share."""
         check_within("depth", self.depth, None if limit is None else limit - 1,
                      f"the depth the models' {limit} positions allow")
         if self.mode == "tree":
             check_within("total_tokens", self.requested_total, limit, "the models' positions")
-        check_within("topk", self.topk, self.runner.vocab.size, "the token ids the draft shares with the target")
+        check_within("topk", self.topk, shared_ids, "the token ids the draft shares with the target")
 
     def max_tree_size(self) -> int:
         return self.total_tokens

@@ -1,0 +1,235 @@
+"""EAGLE drafting: `EagleRunner` (the head's side of a step, the drafter interface `DraftRunner` offers)
+and `EagleSupplier` (EAGLE-2's dynamic tree or a chain, greedy or sampled, built through the runner).
+
+**Where the head's inputs come from.** The verifier returns, with each `Acceptance`, the target's hidden
+states at the accepted nodes (and, the first time, at the prompt block it forwarded with the first tree),
+because the generator asked it for the head's `feature_layers`. No second target forward. `commit`
+appends those pairs (token, feature) to a per-row backlog, whether the step drafted or not; `catch_up`
+forwards the whole backlog through the head (ragged rows, one forward) and keeps K/V of committed pairs
+only. The first step of a generation has no features yet and is a plain AR step.
+
+Example, one row, prompt "a b c": step 1 verifies the root c alone (with the prompt block a b) and
+accepts d; commit queues the pairs (b, f_a), (c, f_b) from the prompt block and (d, f_c) from the tree.
+Step 2's catch-up forwards those three pairs; the output at (d, f_c) gives the children of the root d.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from .. import ops
+from ..eagle import EagleHead
+from ..ops._backend import resolve_backend
+from ..state import DecodeState
+from ..tree import TreeBatch, pack_bits
+from ..verify import Acceptance, vocab_size
+from .base import position_limit, root_only
+from .draft import DraftSupplier
+
+__all__ = ["EagleRunner", "EagleSupplier"]
+
+
+class EagleRunner:
+    """The head's side of a step, with `DraftRunner`'s interface and meaning (attach, start, commit,
+    backlog, catch_up, begin_tree, forward_layer), so any supplier that drives a draft model drives a head.
+
+    backlog: [B] int64 (host): pairs committed per row that the head has not read; 0 before the first
+    commit (nothing to draft from: propose a root-only tree).
+    """
+
+    def __init__(self, head: EagleHead, backend: str = "auto"):
+        if not isinstance(head, EagleHead):
+            raise TypeError(f"head: expected a specdec EagleHead, got {type(head).__name__}")
+        self.head = head
+        self.backend = backend
+        self.backlog = np.zeros(0, dtype=np.int64)
+
+    @property
+    def feature_layers(self) -> tuple[int, ...]:
+        return self.head.feature_layers
+
+    def attach(self, target: PreTrainedModel) -> None:
+        """The head must have been built for this target (it reads the target's embedding matrix)."""
+        if self.head.embed.device != target.device:
+            raise ValueError(f"head: on {self.head.embed.device}, the target on {target.device}")
+        if self.head.config.vocab_size != vocab_size(target) or not self.head.reads(target):
+            raise ValueError("head: built for another target; load it with EagleHead.from_pretrained(path, target)")
+
+    def start(self, state: DecodeState, region: int) -> None:
+        """A fresh cache: every pair a generation commits fits (`state.capacity`), plus `region` tree slots."""
+        B = state.batch_size
+        self.cache = self.head.new_cache(B, state.capacity + region)
+        self._rope = self.head.rope_table(self.cache.capacity)  # [2, S, D]: every position the cache can hold
+        # On the sdpa path (CPU, GPUs without Triton) the runner writes each forward's dense mask itself: a
+        # handful of ops instead of packing ancestor bits that the attention then unpacks (measured: the
+        # mask work was a fifth of a draft layer's time on this CPU).
+        self._dense = resolve_backend(self.backend, self.cache.device, fast_torch="sdpa") == "sdpa"
+        tau = self.head.config.greedy_temperature
+        self._sharpen = 1.0 / tau if state.sampling.greedy and tau != 1.0 else None  # ranks only: argmax unchanged
+        self._chunks: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []  # (tokens, features, first, count)
+        self.backlog = np.zeros(B, dtype=np.int64)
+        self._prompt = (state.input_ids[:, 1:], state.start, state.host_start)  # tokens the prompt features predicted
+
+    def commit(self, acc: Acceptance) -> None:
+        """Queue the step's pairs: the accepted tokens and the bonus with the features that predicted them
+        (and, after the first verification, the prompt block's)."""
+        if acc.features is None:
+            raise ValueError("acc: carries no target features; the verifier must be asked for the head's "
+                             "feature_layers (SpeculativeGenerator does it)")
+        self.cache.rollback()
+        if acc.prompt_features is not None and acc.prompt_features.shape[1]:
+            ids, start, host_start = self._prompt
+            self._chunks.append((ids, acc.prompt_features, start, ids.shape[1] - start))
+            self.backlog += ids.shape[1] - host_start
+        zero = torch.zeros_like(acc.num_accepted)
+        self._chunks.append((acc.tokens.clamp(min=0), acc.features, zero, acc.num_accepted + 1))
+        self.backlog += acc.host_num_accepted + 1
+
+    def catch_up(self) -> Tensor:
+        """Forward and commit every queued pair; returns the head's logits at the root, [B, V] (tokens
+        outside its draft vocabulary: -inf)."""
+        if not self.backlog.all():
+            raise RuntimeError("catch_up: a row has no pending pair (before the first commit, or twice in a step)")
+        tokens, features, count = self._pack()
+        cache, N = self.cache, tokens.shape[1]
+        positions = cache.positions()[:, None] + torch.arange(N, device=tokens.device)  # padding: any position
+        mask = self._chain_plan(count, N) if self._dense else TreeBatch.chain(tokens, count).ancestor_mask
+        hidden = self.head(tokens, features, positions, cache, mask, self._rope, project=True,
+                           backend=self.backend)  # [B, N, H]
+        cache.commit_prefix(count, self.backlog)
+        self._root_hidden = hidden.gather(1, (count - 1)[:, None, None].expand(-1, 1, hidden.shape[-1]))[:, 0]
+        self._root_pos = cache.positions() - 1  # the root's pair is the newest committed one
+        self._chunks = []
+        self.backlog = np.zeros_like(self.backlog)
+        return self._logits(self._root_hidden)
+
+    def _logits(self, hidden: Tensor) -> Tensor:
+        """The head's logits over the target's vocabulary, divided by its greedy temperature when decoding
+        greedily (sampling draws from the head's own distribution)."""
+        logits = self.head.logits(hidden)
+        return logits if self._sharpen is None else logits * self._sharpen
+
+    def _pack(self) -> tuple[Tensor, Tensor, Tensor]:
+        """The queued chunks as one right-padded ragged block: tokens [B, N], features [B, N, F], count [B]."""
+        if len(self._chunks) == 1:  # the usual step: last step's acceptance, already in place
+            tokens, features, _, count = self._chunks[0]
+            return tokens, features, count
+        B, N = self.backlog.shape[0], int(self.backlog.max())
+        F, ref = self._chunks[-1][1].shape[-1], self._chunks[-1][1]
+        out_tok = torch.zeros(B, N + 1, dtype=torch.int64, device=ref.device)  # column N: scratch
+        out_feat = torch.zeros(B, N + 1, F, dtype=ref.dtype, device=ref.device)
+        offset = torch.zeros(B, dtype=torch.int64, device=ref.device)
+        for tokens, features, first, count in self._chunks:
+            j = torch.arange(tokens.shape[1], device=ref.device)[None, :] - first[:, None]  # [B, W]
+            dst = torch.where((j >= 0) & (j < count[:, None]), offset[:, None] + j, N)
+            out_tok.scatter_(1, dst, tokens)
+            out_feat.scatter_(1, dst[:, :, None].expand(-1, -1, F), features.to(ref.dtype))
+            offset = offset + count
+        return out_tok[:, :N], out_feat[:, :N], offset
+
+    def _chain_plan(self, count: Tensor, N: int) -> ops.SdpaPlan:
+        """The catch-up's dense mask: pair j of row b (j < count[b]) sees the row's committed slots and
+        pairs 0..j; padding pairs see only themselves."""
+        cache = self.cache
+        kv_len = int(cache.host_length.max()) + N
+        slots = torch.arange(kv_len, device=count.device)
+        rel = (slots[None, :] - cache.length[:, None])[:, None, :]  # [B, 1, kv]: slot's index among the new pairs
+        j = torch.arange(N, device=count.device)[None, :, None]  # [1, N, 1]
+        real = (slots[None, None, :] >= cache.start[:, None, None]) & (rel <= j)
+        mask = torch.where(j < count[:, None, None], real, rel == j)
+        return ops.SdpaPlan(kv_len, mask[:, None])
+
+    def begin_tree(self, width: int, layers: int) -> None:
+        """Prepare `layers` frontier forwards of `width` nodes; layer d's nodes sit at slots
+        [(d-1) width, d width) of the tree region (as `DraftRunner.begin_tree`)."""
+        B, H = self.cache.batch_size, self.head.config.hidden_size
+        self._slots = width * layers
+        self._region = torch.zeros(B, self._slots, self._slots, dtype=torch.bool, device=self.cache.device)
+        self._hidden = torch.zeros(B, self._slots, H, dtype=self._root_hidden.dtype, device=self.cache.device)
+        self._layer = 0
+        if self._dense:  # the committed prefix each row's nodes see, and where its tree slots lie
+            cache = self.cache
+            slots = torch.arange(int(cache.host_length.max()) + self._slots, device=cache.device)
+            self._prefix = (slots[None, :] >= cache.start[:, None]) & (slots[None, :] < cache.length[:, None])
+            self._columns = cache.length[:, None] + torch.arange(self._slots, device=cache.device)  # [B, slots]
+
+    def forward_layer(self, tokens: Tensor, parent_slot: Tensor | None) -> Tensor:
+        """Forward one frontier layer; returns its logits [B, F, V].
+
+        tokens:      [B, F] int64, the frontier nodes; parent_slot: [B, F] int64, tree-region slot of each
+                     node's parent, or None for the first layer (children of the root). A node's pair is
+                     (its token, its parent's output).
+        """
+        B, F = tokens.shape
+        region, slots, d = self._region, self._slots, self._layer + 1
+        s0 = (d - 1) * F
+        if parent_slot is None:
+            bits = torch.zeros(B, F, slots, dtype=torch.bool, device=tokens.device)
+            parent = self._root_hidden[:, None].expand(B, F, -1)
+        else:
+            bits = region.gather(1, parent_slot[:, :, None].expand(B, F, slots))
+            parent = self._hidden.gather(1, parent_slot[:, :, None].expand(B, F, self._hidden.shape[-1]))
+        rows = torch.arange(F, device=tokens.device)
+        bits[:, rows, s0 + rows] = True
+        region[:, s0:s0 + F] = bits
+        self._layer = d
+        if self._dense:
+            kv_len = int(self.cache.host_length.max()) + s0 + F
+            mask = self._prefix[:, None, :kv_len].expand(B, F, kv_len).clone()
+            mask.scatter_(2, self._columns[:, None, : s0 + F].expand(B, F, s0 + F), bits[:, :, : s0 + F])
+            mask = ops.SdpaPlan(kv_len, mask[:, None])
+        else:
+            mask = pack_bits(bits[:, :, : s0 + F])
+        hidden = self.head(tokens, parent, (self._root_pos + d)[:, None].expand(B, F), self.cache, mask, self._rope,
+                           project=False, backend=self.backend)
+        self._hidden[:, s0:s0 + F] = hidden
+        return self._logits(hidden)
+
+
+class EagleSupplier(DraftSupplier):
+    """Candidates from an EAGLE head: EAGLE-2's dynamic tree (``mode="tree"``: one head forward per depth
+    over the frontier, the top-`topk` children of every frontier node by path log-probability, the best
+    `topk` of them the next frontier, the whole pool re-ranked to `total_tokens` nodes, root included) or
+    a chain (``mode="chain"``: the head's greedy continuation of `depth` tokens). When the call samples,
+    both sample from the head's warped distribution and carry it for the recursive rule, exactly as
+    `DraftSupplier` does with a draft model (its docstring: why that is lossless).
+
+    head: an `EagleHead` loaded for the generator's target (`EagleHead.from_pretrained(path, target)`).
+    """
+
+    def __init__(self, head: EagleHead, *, mode: str = "tree", depth: int = 6, topk: int = 4, total_tokens: int = 16,
+                 backend: str = "auto"):
+        if not isinstance(head, EagleHead):
+            raise TypeError(f"head: expected a specdec EagleHead, got {type(head).__name__}")
+        vocab = head.config.draft_vocab_size
+        self._configure(mode, depth, topk, total_tokens, vocab)
+        self.head = head
+        self.runner = EagleRunner(head, backend)
+        self.backend = backend
+
+    def feature_layers(self) -> tuple[int, ...]:
+        return self.runner.feature_layers
+
+    def attach(self, target: PreTrainedModel) -> None:
+        self.runner.attach(target)
+        self._check_bounds(position_limit(target), self.head.config.draft_vocab_size)
+
+    def memory_bytes(self, batch_size: int, capacity: int) -> dict[str, int]:
+        head = self.head
+        slot = 2 * head.config.num_kv_heads * head.config.head_dim * head.fc.weight.element_size()  # K and V
+        cache = batch_size * (capacity + self._region()) * slot
+        hidden = batch_size * self._region() * head.config.hidden_size * head.fc.weight.element_size()
+        hidden += batch_size * (self.topk * (self.depth - 1)) ** 2  # begin_tree's bool ancestry region
+        logits = batch_size * self.topk * head.config.draft_vocab_size * 16  # a layer's logits, float32 temporaries
+        verify = batch_size * self.total_tokens * head.config.vocab_size * 8  # target logits, sampled q rows
+        if self.mode == "chain":
+            return {"depth": cache + hidden + logits + verify}
+        return {"depth": cache + hidden, "topk": logits, "total_tokens": verify}
+
+    def propose(self, state: DecodeState) -> TreeBatch:
+        if not self.runner.backlog.all():  # the first step: no target features yet
+            return root_only(state.root)
+        return super().propose(state)
