@@ -67,7 +67,7 @@ def add_smart_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_eagle_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--eagle", help="EAGLE head folder for methods eagle and eagle-chain (config.json and "
+    parser.add_argument("--eagle", help="EAGLE head folder for methods eagle, eagle-chain and eagle-smart (config.json and "
                         "safetensors, EAGLE-3 or EAGLE-1/2 layout, trained for --target); default with the demo "
                         "target: its embedded head (demo-eagle)")
 
@@ -124,6 +124,8 @@ def add_profile_parser(sub: argparse._SubParsersAction) -> None:
     prof = sub.add_parser("profile", help="time target (and draft) tree forwards for SMART's cost model")
     prof.add_argument("--target", required=True, help=MODEL_HELP)
     prof.add_argument("--draft", help=MODEL_HELP)
+    prof.add_argument("--eagle", help="profile this EAGLE head (a folder, or demo-eagle) as the drafter instead of "
+                      "--draft: the profile method eagle-smart reads")
     prof.add_argument("--batch-sizes", type=int_list, default=[1, 4, 8, 16], help="comma-separated, e.g. 1,4,8")
     prof.add_argument("--context-len", type=int, default=512, help="tokens in the cache of every row")
     prof.add_argument("--sizes", type=int_list, default=list(DEFAULT_SIZES), help="tree sizes, comma-separated")
@@ -290,13 +292,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
     target = load_model(args.target, dtype=args.dtype, device=args.device, tensor_parallel=args.tensor_parallel,
                         what="--target")
     draft = load_model(args.draft, dtype=args.dtype, device=str(target.device), what="--draft") if args.draft else None
-    cost = (smart_profile(args.profile, target, draft, [args.batch_size])
-            if (args.method == "smart" and draft) or args.method in ("retrieval-smart", "prompt-lookup-smart") else None)
     smart = {"alpha": args.alpha, "budget": args.budget, "benefit": args.benefit, "topk": args.topk,
              "frontier": args.frontier, "max_depth": args.max_depth, "padding_aware": args.padding_aware,
              "planner": not args.no_planner}
     smart = {k: v for k, v in smart.items() if v is not None or k == "budget"}  # unset: the supplier's defaults
     eagle = load_eagle(args.eagle, target, args.target) if args.method in harness.EAGLE_METHODS else None
+    drafter = eagle if args.method == harness.EAGLE_SMART else draft  # eagle-smart: --profile taken with the head
+    cost = (smart_profile(args.profile, target, drafter, [args.batch_size])
+            if (args.method in ("smart", harness.EAGLE_SMART) and drafter is not None)
+            or args.method in ("retrieval-smart", "prompt-lookup-smart") else None)
     supplier = harness.make_supplier(args.method, draft, depth=args.depth, topk=args.topk,
                                      total_tokens=args.total_tokens, datastore=datastore,
                                      budget=64 if args.budget is None else args.budget, cost=cost, smart=smart,
@@ -377,7 +381,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         args.prompts, args.max_new_tokens = 2, 16
     # Static tree, SMART and EAGLE (alone and under ValuSpec) at batch 1 and 4 (AR beside them for the
     # speedups); the other methods at batch 1.
-    args.batch_sizes, args.wide_methods = [1, 4], ("ar", "tree", "smart", "eagle")
+    args.batch_sizes, args.wide_methods = [1, 4], ("ar", "tree", "smart", "eagle", "eagle-smart")
     args.datastore, args.budgets = None, [args.budget]
     args.eagle, args.eagle_shapes, args.eagle_chain_depths = None, [args.eagle_shape], [args.eagle_shape[0]]
     # ValuSpec with the demo draft as scorer, on retrieval (batch 1) and EAGLE trees, calibrated on the last 3
@@ -446,7 +450,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
         check_output_file("--plot", args.plot)
     check_device(args)
     target = load_model(args.target, dtype=args.dtype, device=args.device, what="--target")
+    if args.draft and args.eagle:
+        raise ValueError("--eagle: profiles the head as the drafter; pass --draft or --eagle, not both")
     draft = load_model(args.draft, dtype=args.dtype, device=str(target.device), what="--draft") if args.draft else None
+    if args.eagle:
+        draft = load_eagle(args.eagle, target, args.target)
     prof = profile(target, draft, batch_sizes=tuple(args.batch_sizes), context_len=args.context_len,
                    sizes=tuple(args.sizes), repeats=args.repeats)
     prof.save(args.out)

@@ -94,7 +94,8 @@ def sampling_options(args: argparse.Namespace) -> tuple[Sampling, int | None]:
 
 
 def smart_profile(path: Path | None, target, draft, batch_sizes: list[int]) -> Profile:
-    """The cost profile for method smart: `path`, or this pair measured here (cached) at `batch_sizes`."""
+    """The cost profile for method smart: `path`, or this pair (`draft`: a model or an EAGLE head) measured
+    here (cached) at `batch_sizes`."""
     if path is not None:
         return Profile.load(path)
     print("specdec: profiling the pair for SMART's cost model (once per machine and pair; cached)", file=sys.stderr)
@@ -162,6 +163,10 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
     cost = (smart_profile(getattr(args, "profile", None), target, draft, args.batch_sizes)
             if set(harness.PLANNED_METHODS) & set(methods) else None)
     runs, options = variant_runs(args, runs, cost)
+    # eagle-smart: the head's own profile (its layer and catch-up are the head's forwards; --profile is the pair's)
+    eagle_cost = (smart_profile(None, target, eagle, args.batch_sizes) if harness.EAGLE_SMART in runs else None)
+    if eagle_cost is not None:
+        options[harness.EAGLE_SMART] = {"cost": eagle_cost}
     calibration = valuspec_runs(args, runs, options, tokenizer, target, draft, chat)
     wide = getattr(args, "wide_methods", None)  # methods run at batch sizes > 1 (None: all)
     results, outputs, skipped = [], {}, {}
@@ -208,6 +213,8 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
         env["valuspec"] = {"calibration": asdict(calibration), "scorer": draft_name}
     if cost is not None:
         env["smart"] = {"profile": asdict(cost), "variants": getattr(args, "smart_variants", None) or ["default"]}
+    if eagle_cost is not None:
+        env["eagle_smart"] = {"profile": asdict(eagle_cost)}
     return results, env
 
 

@@ -33,16 +33,17 @@ __all__ = ["METHODS", "PROMPT_SETS", "MethodResult", "Run", "environment", "load
            "smart_variant", "run_method", "run_interleaved", "compare_to_ar", "plot_results"]
 
 METHODS = ("ar", "chain", "tree", "prompt-lookup", "prompt-lookup-smart", "smart", "retrieval", "retrieval-smart",
-           "eagle", "eagle-chain")
+           "eagle", "eagle-chain", "eagle-smart")
 RETRIEVAL_METHODS = ("retrieval", "retrieval-smart")  # need a datastore; retrieval-smart also a cost profile
 DRAFT_METHODS = ("chain", "tree", "smart")
-EAGLE_METHODS = ("eagle", "eagle-chain")  # need an EAGLE head for the target (--eagle)
+EAGLE_METHODS = ("eagle", "eagle-chain", "eagle-smart")  # need an EAGLE head for the target (--eagle)
 # SmartSupplier options a bench variant may set ("alpha=0.5,budget=64"; "default" sets none).
 SMART_OPTIONS = {"alpha": float, "budget": int, "benefit": str, "topk": int, "frontier": int, "max_depth": int,
                  "padding_aware": bool, "early_stop": bool, "planner": bool, "online": bool, "margin": float,
                  "probe_every": int, "reprofile": bool,
                  "fit_batch": int}  # fit_batch=b: the cost model of batch b at every batch size (online-cost experiments)
-PLANNED_METHODS = ("smart", "retrieval-smart", "prompt-lookup-smart")  # need a cost profile
+PLANNED_METHODS = ("smart", "retrieval-smart", "prompt-lookup-smart")  # need a cost profile of the pair
+EAGLE_SMART = "eagle-smart"  # SMART over the EAGLE head: needs a profile taken with the head
 PROMPT_SETS = ("humaneval", "spec_bench")
 
 
@@ -123,12 +124,17 @@ def make_supplier(method: str, draft: PreTrainedModel | None, *, depth: int = 5,
     """The supplier of a method; `cost` and `smart` (SmartSupplier options) serve methods "smart" and
     "retrieval-smart" (retrieval trees sized by SMART's rule, `budget` the cap; of `smart`, alpha and benefit);
     `eagle` (a head loaded for the target) and `eagle_shape` ((depth, topk, total_tokens), default the
-    tree options) serve "eagle" and "eagle-chain"."""
+    tree options) serve "eagle" and "eagle-chain"; "eagle-smart" is SMART over the head (`cost` profiled
+    with the head, `smart` its options)."""
     if method == "ar":
         return ARSupplier()
     if method in EAGLE_METHODS:
         if eagle is None:
             raise ValueError(f"--eagle: method {method!r} needs an EAGLE head trained for the target")
+        if method == EAGLE_SMART:
+            if cost is None:
+                raise ValueError("--profile: method 'eagle-smart' needs a cost profile of the target with its head")
+            return SmartSupplier(eagle, cost, **{k: v for k, v in (smart or {}).items() if k != "fit_batch"})
         d, k, n = eagle_shape or (depth, topk, total_tokens)
         mode = "chain" if method == "eagle-chain" else "tree"
         return EagleSupplier(eagle, mode=mode, depth=d, topk=k, total_tokens=n)

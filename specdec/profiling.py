@@ -36,6 +36,7 @@ from .checks import is_int
 
 if TYPE_CHECKING:
     from .cache import TreeCache
+    from .eagle import EagleHead
     from .tree import TreeBatch
 
 __all__ = ["Profile", "profile", "cached_profile", "device_name", "model_name", "DEFAULT_SIZES", "DEFAULT_BATCH_SIZES",
@@ -67,8 +68,15 @@ def device_name(device: torch.device) -> str:
 
 
 def model_name(model: PreTrainedModel | None) -> str | None:
-    """The checkpoint a model was loaded from ("" for models built from a config)."""
+    """The checkpoint a model (or EAGLE head) was loaded from ("" for models built from a config)."""
     return None if model is None else str(getattr(model.config, "_name_or_path", "") or "")
+
+
+def _eagle_head(draft: object) -> "EagleHead | None":
+    """`draft` when it is an EAGLE head (profiled by `specdec.eagle_profiling`), else None."""
+    from .eagle import EagleHead
+
+    return draft if isinstance(draft, EagleHead) else None
 
 
 def _versions() -> dict[str, str | None]:
@@ -374,12 +382,13 @@ def _ar_step_seconds(target: PreTrainedModel, batch_size: int, context_len: int,
     return float(np.median(t)), _spread(t)
 
 
-def profile(target: PreTrainedModel, draft: PreTrainedModel | None = None, *,
+def profile(target: PreTrainedModel, draft: "PreTrainedModel | EagleHead | None" = None, *,
             batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES, context_len: int = 512,
             sizes: tuple[int, ...] = DEFAULT_SIZES, repeats: int = 5, backend: str = "auto",
             progress: bool = True) -> Profile:
     """Time the parts of a step on this device (module docstring): the target's tree forward at each size
     (and a few at a short context), the draft's layer forward and catch-up, and c_T through the loop.
+    `draft` may be an EAGLE head (`EagleHead`): its layer and catch-up are then the head's forwards.
 
     Sizes must resolve the knee where verification turns compute-bound (the default doubles from 1 to
     256). A few seconds to minutes: the time is mostly the largest trees at the largest batch.
@@ -387,6 +396,7 @@ def profile(target: PreTrainedModel, draft: PreTrainedModel | None = None, *,
     from tqdm import tqdm
 
     from .attention import install
+    from .eagle_profiling import head_cache, head_catch_up_steps, head_layer_steps
 
     batch_sizes, sizes = tuple(batch_sizes), tuple(sizes)
     for name, values in (("batch_sizes", batch_sizes), ("sizes", sizes)):
@@ -401,10 +411,12 @@ def profile(target: PreTrainedModel, draft: PreTrainedModel | None = None, *,
     if not is_int(context_len) or context_len < 4 or context_len + need > limit:
         raise ValueError(f"context_len: expected an int >= 4 with context_len + {need} <= the model's {limit} "
                          f"positions, got {context_len!r}")
-    if draft is not None and draft.device != target.device:
-        raise ValueError(f"draft: on {draft.device}, the target on {target.device}")
+    head = _eagle_head(draft)
+    draft_device = None if draft is None else head.fc.weight.device if head is not None else draft.device
+    if draft is not None and draft_device != target.device:
+        raise ValueError(f"draft: on {draft_device}, the target on {target.device}")
     for model in (target, draft):
-        if model is not None:
+        if model is not None and model is not head:
             install(model)
     short = max(2, context_len // 4)
     context_sizes = tuple(dict.fromkeys((sizes[0], sizes[len(sizes) // 2])))
@@ -419,11 +431,15 @@ def profile(target: PreTrainedModel, draft: PreTrainedModel | None = None, *,
         for b in batch_sizes:
             jobs = [("verify", target, context_len, sizes, _tree_steps), ("context", target, short, context_sizes,
                                                                           _tree_steps)]
-            if draft is not None:
+            if head is not None:
+                jobs += [("draft", head, context_len, sizes, head_layer_steps),
+                         ("catch_up", head, context_len, BACKLOGS, head_catch_up_steps)]
+            elif draft is not None:
                 jobs += [("draft", draft, context_len, sizes, _tree_steps),
                          ("catch_up", draft, context_len, BACKLOGS, _catch_up_steps)]
             for name, model, ctx, columns, make in jobs:
-                cache = _filled_cache(model, b, ctx, max(columns))
+                cache = (head_cache(head, b, ctx, max(columns)) if model is head
+                         else _filled_cache(model, b, ctx, max(columns)))
                 med, spr = _checked_series(make(model, cache, columns, backend, gen), repeats, device,
                                            f"{name} at batch {b}", notes)
                 tables[name].append(tuple(med))
@@ -444,7 +460,7 @@ def profile(target: PreTrainedModel, draft: PreTrainedModel | None = None, *,
                    created=time.strftime("%Y-%m-%dT%H:%M:%S"))
 
 
-def cached_profile(target: PreTrainedModel, draft: PreTrainedModel | None = None, *, progress: bool = True,
+def cached_profile(target: PreTrainedModel, draft: "PreTrainedModel | EagleHead | None" = None, *, progress: bool = True,
                    **settings) -> Profile:
     """`profile(target, draft, **settings)`, run once per device, dtype, models' weights, package source, file
     format and settings (`records.content_key`) and kept as JSON under $SPECDEC_CACHE/profiles (default

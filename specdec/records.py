@@ -62,7 +62,8 @@ def source_hash() -> str:
 def _config_text(model: PreTrainedModel) -> str:
     """The config as JSON, without what names the model rather than describes it (its path, versions,
     the attention implementation specdec switches to)."""
-    config = {k: v for k, v in model.config.to_dict().items()
+    raw = model.config.to_dict() if hasattr(model.config, "to_dict") else model.config.to_json()  # an EAGLE head's
+    config = {k: v for k, v in raw.items()
               if not k.startswith("_") and k not in ("transformers_version", "torch_dtype", "dtype")}
     return json.dumps(config, sort_keys=True, default=str)
 

@@ -36,11 +36,12 @@ def test_demo_quick_runs_every_method_identical_to_ar(tmp_path, capsys):
     assert doc["all_identical"] is True
     assert [(r["method"], r["batch_size"]) for r in doc["results"]] == [
         (m, 1) for m in ("ar", "chain", "tree", "prompt-lookup", "prompt-lookup-smart", "smart", "retrieval",
-                   "retrieval-smart", "eagle", "eagle-chain", "retrieval+valuspec", "eagle+valuspec")] + [
-        (m, 4) for m in ("ar", "tree", "smart", "eagle", "eagle+valuspec")]  # trees, SMART and EAGLE at batch 4 too
+                   "retrieval-smart", "eagle", "eagle-chain", "eagle-smart", "retrieval+valuspec", "eagle+valuspec")] + [
+        (m, 4) for m in ("ar", "tree", "smart", "eagle", "eagle-smart", "eagle+valuspec")]  # batch 4 too
     assert doc["environment"]["eagle"]["runs"] == {"eagle": [5, 2, 10], "eagle-chain": [5, 1, 6],
                                                    "eagle+valuspec": [5, 2, 10]}
-    smart = [r for r in doc["results"] if r["method"] == "smart"]
+    assert doc["environment"]["eagle_smart"]["profile"]["batch_sizes"] == [1, 4]
+    smart = [r for r in doc["results"] if r["method"] in ("smart", "eagle-smart")]
     assert all(r["predicted_speedup"] > 0 and r["predicted_accepted_length"] >= 1 for r in smart)
     assert doc["environment"]["smart"]["profile"]["batch_sizes"] == [1, 4]
     assert all(r["identical_to_ar"] and r["new_tokens"] > 0 for r in doc["results"])

@@ -85,6 +85,11 @@ class DraftRunner:
             raise ValueError(f"draft: on {self.draft.device}, the target on {target.device}")
         install(self.draft, "draft")
 
+    @property
+    def target_vocab(self) -> int:
+        """Width of the logits it returns: the target's vocabulary."""
+        return self.vocab.target
+
     def memory_bytes(self, batch_size: int, capacity: int, region: int, width: int, layers: int) -> tuple[int, int]:
         """(the draft cache's and the tree ancestry's bytes, one layer's logits and their float32
         temporaries) for `start(region=region)` and `begin_tree(width, layers)` at `batch_size`."""
@@ -234,7 +239,7 @@ class DraftSupplier(Supplier):
 
     def memory_bytes(self, batch_size: int, capacity: int) -> dict[str, int]:
         cache, logits = self.runner.memory_bytes(batch_size, capacity, self._region(), self.topk, self.depth - 1)
-        verify = batch_size * self.total_tokens * self.runner.vocab.target * 8  # target logits, sampled q rows
+        verify = batch_size * self.total_tokens * self.runner.target_vocab * 8  # target logits, sampled q rows
         if self.mode == "chain":
             return {"depth": cache + logits + verify}
         return {"depth": cache, "topk": logits, "total_tokens": verify}

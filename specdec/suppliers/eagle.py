@@ -51,6 +51,19 @@ class EagleRunner:
     def feature_layers(self) -> tuple[int, ...]:
         return self.head.feature_layers
 
+    @property
+    def target_vocab(self) -> int:
+        """Width of the logits it returns: the target's vocabulary (ids outside the draft vocabulary: -inf)."""
+        return self.head.config.vocab_size
+
+    def memory_bytes(self, batch_size: int, capacity: int, region: int, width: int, layers: int) -> tuple[int, int]:
+        """(the head's cache, tree outputs and ancestry bytes, one layer's logits and their float32
+        temporaries) for `start(region=region)` and `begin_tree(width, layers)` at `batch_size`."""
+        c, size = self.head.config, self.head.fc.weight.element_size()
+        cache = batch_size * (capacity + region) * 2 * c.num_kv_heads * c.head_dim * size  # one layer's K and V
+        tree = batch_size * width * layers * (c.hidden_size * size + width * layers)  # outputs, bool ancestry
+        return cache + tree, batch_size * max(width, 1) * c.vocab_size * 16
+
     def attach(self, target: PreTrainedModel) -> None:
         """The head must have been built for this target (it reads the target's embedding matrix)."""
         if self.head.embed.device != target.device:
@@ -143,10 +156,10 @@ class EagleRunner:
         return ops.SdpaPlan(kv_len, mask[:, None])
 
     def begin_tree(self, width: int, layers: int) -> None:
-        """Prepare `layers` frontier forwards of `width` nodes; layer d's nodes sit at slots
-        [(d-1) width, d width) of the tree region (as `DraftRunner.begin_tree`)."""
+        """Prepare up to `layers` frontier forwards of at most `width` nodes each; the tree region's slots are
+        numbered in forwarding order, a layer's nodes after the previous layer's (as `DraftRunner.begin_tree`)."""
         B, H = self.cache.batch_size, self.head.config.hidden_size
-        self._slots = width * layers
+        self._slots, self._used = width * layers, 0
         self._region = torch.zeros(B, self._slots, self._slots, dtype=torch.bool, device=self.cache.device)
         self._hidden = torch.zeros(B, self._slots, H, dtype=self._root_hidden.dtype, device=self.cache.device)
         self._layer = 0
@@ -164,8 +177,9 @@ class EagleRunner:
                      (its token, its parent's output).
         """
         B, F = tokens.shape
-        region, slots, d = self._region, self._slots, self._layer + 1
-        s0 = (d - 1) * F
+        region, slots, d, s0 = self._region, self._slots, self._layer + 1, self._used
+        if s0 + F > slots:
+            raise ValueError(f"tokens: {F} more nodes overflow the {slots} tree slots begin_tree reserved")
         if parent_slot is None:
             bits = torch.zeros(B, F, slots, dtype=torch.bool, device=tokens.device)
             parent = self._root_hidden[:, None].expand(B, F, -1)
@@ -175,7 +189,7 @@ class EagleRunner:
         rows = torch.arange(F, device=tokens.device)
         bits[:, rows, s0 + rows] = True
         region[:, s0:s0 + F] = bits
-        self._layer = d
+        self._layer, self._used = d, s0 + F
         if self._dense:
             kv_len = int(self.cache.host_length.max()) + s0 + F
             mask = self._prefix[:, None, :kv_len].expand(B, F, kv_len).clone()
@@ -216,18 +230,6 @@ class EagleSupplier(DraftSupplier):
     def attach(self, target: PreTrainedModel) -> None:
         self.runner.attach(target)
         self._check_bounds(position_limit(target), self.head.config.draft_vocab_size)
-
-    def memory_bytes(self, batch_size: int, capacity: int) -> dict[str, int]:
-        head = self.head
-        slot = 2 * head.config.num_kv_heads * head.config.head_dim * head.fc.weight.element_size()  # K and V
-        cache = batch_size * (capacity + self._region()) * slot
-        hidden = batch_size * self._region() * head.config.hidden_size * head.fc.weight.element_size()
-        hidden += batch_size * (self.topk * (self.depth - 1)) ** 2  # begin_tree's bool ancestry region
-        logits = batch_size * self.topk * head.config.draft_vocab_size * 16  # a layer's logits, float32 temporaries
-        verify = batch_size * self.total_tokens * head.config.vocab_size * 8  # target logits, sampled q rows
-        if self.mode == "chain":
-            return {"depth": cache + hidden + logits + verify}
-        return {"depth": cache + hidden, "topk": logits, "total_tokens": verify}
 
     def propose(self, state: DecodeState) -> TreeBatch:
         if not self.runner.backlog.all():  # the first step: no target features yet

@@ -41,6 +41,7 @@ from transformers import PreTrainedModel
 
 from ..checks import as_int
 from ..cost import CostModel, check_compatible
+from ..eagle import EagleHead
 from ..ops import Expansion, smart_expand
 from ..planner import MARGIN, PlanStats, StepPlanner, StepRecord, TreeFacts
 from ..profiling import Profile, profile
@@ -49,6 +50,7 @@ from ..tree import TreeBatch
 from ..verify import Acceptance, vocab_size
 from .base import Supplier, check_within, position_limit, root_only
 from .draft import DraftRunner
+from .eagle import EagleRunner
 from .smart_host import HostTree, Rule, candidates
 
 __all__ = ["SmartSupplier"]
@@ -57,8 +59,10 @@ BENEFITS = ("paper", "expected")
 
 
 class SmartSupplier(Supplier):
-    """SMART trees from a draft model, planned step by step from a step cost model.
+    """SMART trees from a draft model or an EAGLE head, planned step by step from a step cost model.
 
+    draft:         a draft model, or an `EagleHead` loaded for the target (EAGLE-3 + SMART); the cost model
+                   must then have been profiled with that head (`specdec.profile(target, head)`).
     cost_model:    a `CostModel` (used as is) or a `Profile` (the model for each batch size is fitted from
                    it when a batch starts, by `CostModel.fit`'s batch-size rule).
     alpha:         > 0, aggressiveness on top of the learned calibration alpha_hat (paper: 0.8).
@@ -76,7 +80,7 @@ class SmartSupplier(Supplier):
                    nearest profiled batch size.
     """
 
-    def __init__(self, draft: PreTrainedModel, cost_model: CostModel | Profile, *, alpha: float = 0.8,
+    def __init__(self, draft: PreTrainedModel | EagleHead, cost_model: CostModel | Profile, *, alpha: float = 0.8,
                  topk: int = 8, frontier: int = 8, budget: int | None = None, max_depth: int = 12,
                  benefit: str = "expected", padding_aware: bool = True, early_stop: bool = True, planner: bool = True,
                  online: bool = True, margin: float = MARGIN, probe_every: int = 32, reprofile: bool = False,
@@ -95,9 +99,12 @@ class SmartSupplier(Supplier):
             budget = _optional_int(budget, "budget")
         if benefit not in BENEFITS:
             raise ValueError(f"benefit: {benefit!r} is not one of {BENEFITS}")
-        if topk > vocab_size(draft):
-            raise ValueError(f"topk: {topk} exceeds the draft's vocabulary of {vocab_size(draft)}")
-        self.runner = DraftRunner(draft, backend)
+        head = draft if isinstance(draft, EagleHead) else None
+        vocab = head.config.draft_vocab_size if head is not None else vocab_size(draft)
+        if topk > vocab:
+            raise ValueError(f"topk: {topk} exceeds the draft's vocabulary of {vocab}")
+        self.runner = EagleRunner(head, backend) if head is not None else DraftRunner(draft, backend)
+        self.draft, self._draft_model = draft, None if head is not None else draft
         self.source = cost_model
         self.alpha, self.topk, self.frontier, self.max_depth = float(alpha), topk, frontier, max_depth
         self.benefit, self.padding_aware, self.early_stop = benefit, padding_aware, early_stop
@@ -119,18 +126,22 @@ class SmartSupplier(Supplier):
         tree's cap is also held to the models' positions."""
         self.runner.attach(target)
         self._target = target
-        check_compatible(self.source, target, self.runner.draft)
-        limit = position_limit(target, self.runner.draft)
+        check_compatible(self.source, target, self.draft)
+        limit = position_limit(target, self._draft_model)
         check_within("max_depth", self.max_depth, None if limit is None else limit - 1,
                      f"the depth the models' {limit} positions allow")
         if self.requested_budget is not None:
             check_within("budget", self.requested_budget, limit, "the models' positions")
         elif limit is not None:
             self.budget = min(self.budget, limit)
-        check_within("topk", self.topk, self.runner.vocab.size, "the token ids the draft shares with the target")
+        shared = self.draft.config.draft_vocab_size if self._draft_model is None else self.runner.vocab.size
+        check_within("topk", self.topk, shared, "the token ids the draft shares with the target")
 
     def max_tree_size(self) -> int:
         return self.budget
+
+    def feature_layers(self) -> tuple[int, ...] | None:
+        return self.runner.feature_layers if isinstance(self.runner, EagleRunner) else None
 
     def _region(self) -> int:
         return self.frontier * max(self.max_depth - 1, 1)  # the tree's layers (the catch-up commits its backlog)
@@ -138,7 +149,7 @@ class SmartSupplier(Supplier):
     def memory_bytes(self, batch_size: int, capacity: int) -> dict[str, int]:
         cache, logits = self.runner.memory_bytes(batch_size, capacity, self._region(), self.frontier,
                                                  self.max_depth - 1)
-        verify = batch_size * self.budget * self.runner.vocab.target * 8  # the target's logits over the tree
+        verify = batch_size * self.budget * self.runner.target_vocab * 8  # the target's logits over the tree
         return {"max_depth": cache, "frontier": logits, "budget": verify}
 
     def start(self, state: DecodeState) -> None:
@@ -174,7 +185,7 @@ class SmartSupplier(Supplier):
     def _profile_batch(self, batch_size: int) -> Profile:
         """The profile with `batch_size` measured here and added (same context length, sizes, repeats)."""
         src = self.source
-        new = profile(self._target, self.runner.draft, batch_sizes=(batch_size,), context_len=src.context_len,
+        new = profile(self._target, self.draft, batch_sizes=(batch_size,), context_len=src.context_len,
                       sizes=src.sizes, repeats=src.repeats, backend=self.backend, progress=False)
         order = sorted(range(len(src.batch_sizes) + 1), key=lambda i: (list(src.batch_sizes) + [batch_size])[i])
         pick = lambda rows, more: tuple((list(rows) + list(more))[i] for i in order)  # noqa: E731
@@ -186,6 +197,9 @@ class SmartSupplier(Supplier):
                        catch_up_seconds=pick(src.catch_up_seconds, new.catch_up_seconds))
 
     def propose(self, state: DecodeState) -> TreeBatch:
+        if not self.runner.backlog.all():  # an EAGLE head before the first verification: no features yet
+            self._facts, self._tree = None, None
+            return root_only(state.root)
         backlog = int(self.runner.backlog.max())
         context = float((state.history_len - state.host_start).max())
         plan = self.planner.plan(backlog, context)
