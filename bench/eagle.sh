@@ -27,7 +27,7 @@ else
 fi
 # The draft's tree is the demo's (depth 4, top-2, 10 nodes; chain depth 4). EAGLE trees: depth:topk:nodes.
 for SET in "${SETS[@]}"; do
-  "${SPECDEC[@]}" bench --prompt-sets "$SET" --methods ar chain tree eagle eagle-chain \
+  "${SPECDEC[@]}" bench --prompt-sets "$SET" --methods ar chain tree eagle eagle-chain eagle-smart \
     --depth 4 --topk 2 --total-tokens 10 \
     --eagle-shapes 4:2:8 5:2:10 5:4:12 6:4:16 8:4:24 --eagle-chain-depths 4 6 \
     --valuspec-methods eagle-6x4x16 --calibration-size 8 \
