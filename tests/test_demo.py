@@ -35,8 +35,8 @@ def test_demo_quick_runs_every_method_identical_to_ar(tmp_path, capsys):
     doc = json.loads((tmp_path / "demo.json").read_text())
     assert doc["all_identical"] is True
     assert [(r["method"], r["batch_size"]) for r in doc["results"]] == [
-        (m, 1) for m in ("ar", "chain", "tree", "prompt-lookup", "smart", "retrieval", "retrieval-smart",
-                   "retrieval+valuspec")] + [
+        (m, 1) for m in ("ar", "chain", "tree", "prompt-lookup", "prompt-lookup-smart", "smart", "retrieval",
+                   "retrieval-smart", "retrieval+valuspec")] + [
         (m, 4) for m in ("ar", "tree", "smart")]  # static tree vs SMART at batch 4 too
     smart = [r for r in doc["results"] if r["method"] == "smart"]
     assert all(r["predicted_speedup"] > 0 and r["predicted_accepted_length"] >= 1 for r in smart)
