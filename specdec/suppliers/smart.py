@@ -186,9 +186,11 @@ class SmartSupplier(Supplier):
                        catch_up_seconds=pick(src.catch_up_seconds, new.catch_up_seconds))
 
     def propose(self, state: DecodeState) -> TreeBatch:
-        backlog = int(self.runner.backlog.max())
+        # The first drafting step of a call also prefills the draft's prompts: priced as part of its catch-up.
+        cold = self.runner.pending_prefill > 0
+        backlog = int(self.runner.backlog.max()) + self.runner.pending_prefill
         context = float((state.history_len - state.host_start).max())
-        plan = self.planner.plan(backlog, context)
+        plan = self.planner.plan(backlog, context, cold)
         self._facts, self._tree = None, None
         if plan.depth == 0:  # plain decoding: the draft does not run, its backlog grows
             return root_only(state.root)
