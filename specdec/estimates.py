@@ -276,13 +276,19 @@ class OnlineCosts:
         """The draft's part of a step: catch-up and layer forwards (expansions and syncs in the factor)."""
         return self.catch_up(backlog) + forwards * self.layer(layer_width)
 
+    def ar(self, context: float | None) -> float:
+        """c_T at `context` tokens: the estimate (held at the profiled context length) scaled like a
+        one-node verification (`CostModel.context_factor`): an AR step at a shorter context is cheaper, and
+        pricing it at the profiled length made drafting look better than it was at short contexts."""
+        return self.ar_step * self.model.context_factor(context)
+
     def observe_ar(self, step: StepRecord, context: float | None, warm: bool) -> None:
         """A plain step; `warm`: the two steps before it were plain too. Only those update c_T: the first
         plain steps after drafting run 20-50% slower on the demo pair on this CPU (the target's weights are
         cold after the draft's forwards), while c_T stands for plain decoding in its steady state, as an AR
         baseline runs."""
         if warm:  # the one-node verification is priced by c_T: no correction table to refresh
-            self.ar_step = self._ema(self.ar_step, step.seconds)
+            self.ar_step = self._ema(self.ar_step, step.seconds / self.model.context_factor(context))
 
     def observe_draft(self, step: StepRecord, facts: TreeFacts, context: float | None, host: bool) -> None:
         if host:

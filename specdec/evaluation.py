@@ -243,6 +243,11 @@ def print_table(results: list[harness.MethodResult]) -> None:
         print(f"{r.method:<24}{r.prompt_set:<12}{r.batch_size:>6}{r.tokens_per_second:>9.1f}{r.speedup_vs_ar:>8.2f}x"
               f"{r.mean_accepted_length:>10.2f}{r.mean_tree_size:>7.1f}  {r.identity_note()}")
     for r in results:
+        if r.plan is not None:
+            p = r.plan
+            print(f"{r.method} ({r.prompt_set}, batch {r.batch_size}): planner predicted {p['predicted_speedup']:.2f}x, "
+                  f"measured {p['measured_speedup']:.2f}x by its c_T; {p['steps_drafted']} steps drafted, "
+                  f"{p['steps_ar']} plain, {p['probes']} probes")
         if r.filter is not None:
             f = r.filter
             print(f"{r.method} (batch {r.batch_size}): kept {f['branch_keep_rate']:.1%} of branches and "

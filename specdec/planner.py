@@ -188,17 +188,19 @@ class StepPlanner:
             seconds = seconds + c.query
         else:
             seconds = seconds + c.catch_up(backlog) + e.forwards * c.layer(e.layer_width)
-        seconds[0] = c.ar_step
+        seconds[0] = c.ar(context)
         return e.length, seconds
 
-    def plan(self, backlog: int = 1, context: float | None = None) -> Plan:
-        """The cap of the next step (0: plain decoding). backlog: the draft's pending tokens (widest row)."""
+    def plan(self, backlog: int = 1, context: float | None = None, cold: bool = False) -> Plan:
+        """The cap of the next step (0: plain decoding). backlog: the draft's pending tokens (widest row),
+        its queued prompt prefill included; cold: the draft has not run in this call yet (a probe would pay
+        its whole prompt prefill, so while plain decoding wins none is taken)."""
         self._learn()
         state, self.context = self.state, context
         state.since_probe += 1
         if not state.drafting and state.quiet > 0 and state.since_probe < self.probe_every:
             state.quiet -= 1  # plain decoding pays and nothing but c_T moved: no need to weigh it again yet
-            self._plan = Plan(0, 1.0, self.costs.ar_step)
+            self._plan = Plan(0, 1.0, self.costs.ar(context))
             return self._plan
         length, seconds = self.predict(backlog, context)
         decide = seconds
@@ -216,7 +218,8 @@ class StepPlanner:
             depth, probe = 0, False  # not even every candidate accepted would pay: no probe either
         elif self.depths.steps < WARMUP:
             depth, probe = deepest, True
-        elif state.since_probe >= self.probe_every * state.backoff and 0 in self.choices:
+        elif state.since_probe >= self.probe_every * state.backoff and 0 in self.choices \
+                and (state.drafting or not cold):
             # Plain decoding pays: is a tree of the best depth paying again? (Each such probe that finds no
             # drafting worth it doubles the interval to the next.) Drafting pays: how far deeper trees go.
             state.since_probe = 0
@@ -234,7 +237,7 @@ class StepPlanner:
         depth = np.array([d for d in self.choices if d > 0], dtype=np.float64)
         cheapest = c.rest + c.verify(depth + 1, context)
         cheapest = cheapest + (c.query if self.host else c.catch_up(1) + (depth - 1) * c.layer(1))
-        return bool(np.all((depth + 1) * c.ar_step <= (1 + self.margin) * cheapest))
+        return bool(np.all((depth + 1) * c.ar(context) <= (1 + self.margin) * cheapest))
 
     def record(self, step: StepRecord, facts: TreeFacts | None) -> None:
         """Keep what the step just taken measured (facts: None for a plain step); the planner learns from it
@@ -265,8 +268,8 @@ class StepPlanner:
         s.probes += plan.probe
         s.predicted_tokens += plan.length
         s.measured_tokens += measured
-        s.ar_seconds_predicted += c.ar_step * plan.length
-        s.ar_seconds_measured += c.ar_step * measured
+        s.ar_seconds_predicted += c.ar(self.context) * plan.length
+        s.ar_seconds_measured += c.ar(self.context) * measured
         s.seconds_predicted += plan.seconds
         s.seconds_measured += step.seconds
         self._plan = None

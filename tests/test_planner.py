@@ -121,3 +121,18 @@ def test_frozen_costs_stay_the_profiles():
     costs.observe_draft(record(8, 1.0, 1.0, (3,)), TreeFacts(3, 1, (4,), (8,), backlog=2), None, False)
     assert costs.ar_step == model.ar_step and costs.verify(8) == pytest.approx(model.verify_seconds(8))
     assert costs.layer(4) == pytest.approx(model.draft_seconds(4))
+
+
+def test_ar_step_follows_the_context_and_a_cold_draft_is_not_probed():
+    model = replace(make_cost(ar_step=4e-3, loop=5e-4), context_slope=1e-3)  # +0.1% per token past 512
+    costs = OnlineCosts(model)
+    assert costs.ar(256) == pytest.approx(4e-3 * (1 - 0.256)) and costs.ar(None) == 4e-3
+    for _ in range(60):  # plain steps at context 1012 taking 1.5x the profiled step: c_T at 512 stays 4 ms
+        costs.observe_ar(record(1, 6e-3), 1012, warm=True)
+    assert costs.ar_step == pytest.approx(4e-3, rel=0.01)
+    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=4)
+    planner.start(knee_cost(2, 5e-3))
+    planner.depths = FixedDepths(0.4)  # plain decoding wins, but drafting is not hopeless: probes are due
+    depths = [planner.plan(cold=True).depth for _ in range(12)]
+    assert depths == [0] * 12  # a probe would pay the draft's whole prompt prefill
+    assert any(planner.plan(cold=False).probe for _ in range(12))

@@ -25,6 +25,7 @@ import specdec
 from conftest import VOCAB, make_model, perturbed, ragged_prompts
 from specdec import calibration as calibration_module
 from specdec import profiling
+from specdec.profiling import FORMAT_VERSION
 from specdec.cli import main
 from specdec.cost import CostModel
 from specdec.datastore import Datastore, stdlib_datastore
@@ -222,9 +223,11 @@ def files(saved, tmp_path):  # noqa: F811
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     (tmp_path / "emptydir").mkdir()
     (tmp_path / "afile").write_text("x")
-    doc = {"format": "specdec-profile", "version": 1, "device": "cpu", "dtype": "float32", "target": "", "draft": None,
-           "context_len": 16, "batch_sizes": [1], "sizes": [1, 2, 4], "repeats": 1, "verify_seconds": [[1.0, 1.1, 1.2]],
-           "draft_seconds": None}
+    doc = {"format": "specdec-profile", "version": FORMAT_VERSION, "device": "cpu", "dtype": "float32", "target": "",
+           "draft": None, "context_len": 16, "batch_sizes": [1], "sizes": [1, 2, 4], "repeats": 1,
+           "verify_seconds": [[1.0, 1.1, 1.2]], "short_context": 8, "context_sizes": [1, 2],
+           "context_seconds": [[0.9, 1.0]], "ar_step_seconds": [1.1], "draft_seconds": None, "backlogs": [1, 2],
+           "catch_up_seconds": None}
     (tmp_path / "sizes5.json").write_text(json.dumps({**doc, "sizes": 5}))
     (tmp_path / "repeatsnull.json").write_text(json.dumps({**doc, "repeats": None}))
     return root, tmp_path
@@ -248,7 +251,7 @@ def generate_args(root: Path, *extra) -> list:
     (["--prompt", "w3", "--target", "no-such-dir/model"], "--target: no folder 'no-such-dir/model' here"),
     (["--prompt", "w3", "--target", "a/b/c"], "--target: no checkpoint at a/b/c"),
     (["--prompt", "w3", "--method", "smart", "--draft", "{root}/draft", "--profile", "{tmp}/sizes5.json"],
-     "--profile: profile {tmp}/sizes5.json: sizes: expected a non-empty list"),
+     "--profile: profile {tmp}/sizes5.json: sizes: expected at least 3 increasing positive ints"),
     (["--prompt", "w3", "--method", "smart", "--draft", "{root}/draft", "--profile", "{tmp}/repeatsnull.json"],
      "--profile: profile {tmp}/repeatsnull.json: repeats must be a positive int"),
     (["--prompt", "w3", "--method", "chain", "--draft", "{root}/draft", "--depth", "300"], "--depth: 300 exceeds"),
@@ -304,7 +307,7 @@ def test_ctrl_c_is_one_line_and_leaves_no_partial_file(saved, tmp_path, capsys, 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(profiling, "_time_model", interrupted)
+    monkeypatch.setattr(profiling, "_timed", interrupted)
     out = tmp_path / "p.json"
     code, lines = run_cli(capsys, ["profile", "--target", saved[0] / "target", "--out", out, "--device", "cpu",
                                    "--sizes", "1,2,4", "--batch-sizes", "1", "--context-len", "8", "--repeats", "1"])

@@ -76,6 +76,7 @@ class DraftRunner:
         self.cache: TreeCache | None = None
         self.vocab = SharedVocab(vocab_size(draft), vocab_size(draft))  # until `attach` meets the target
         self._prompt: tuple[Tensor, Tensor] | None = None  # (ids [B, P - 1], start [B]) until the prefill runs
+        self.pending_prefill = 0  # host int: the widest row's prompt tokens still to prefill (0 once done)
         self.backlog = np.zeros(0, dtype=np.int64)
         self._pending = np.zeros((0, 0), dtype=np.int64)  # [B, room]: row b's backlog is [:backlog[b]]
 
@@ -103,6 +104,7 @@ class DraftRunner:
         B = state.batch_size
         self.cache = TreeCache.for_model(self.draft, B, state.capacity + region)
         self._prompt = (self.vocab.ids(state.input_ids[:, :-1]), state.start)
+        self.pending_prefill = state.input_ids.shape[1] - 1 - int(state.host_start.min())  # widest row's prompt
         self._pending = np.zeros((B, max(16, region)), dtype=np.int64)
         self._pending[:, 0] = state.input_ids[:, -1].cpu().numpy()  # host copy, once per call: the roots
         self.backlog = np.ones(B, dtype=np.int64)
@@ -125,7 +127,7 @@ class DraftRunner:
         (`TreeCache.commit_prefix(chain.num_nodes, backlog)`), then empties `backlog`."""
         if self._prompt is not None:
             prefill(self.draft, self.cache, *self._prompt, backend=self.backend)
-            self._prompt = None
+            self._prompt, self.pending_prefill = None, 0
         device, m = self.cache.device, self.backlog
         return TreeBatch.chain(torch.from_numpy(self._pending[:, :int(m.max())]).to(device), torch.from_numpy(m).to(device))
 

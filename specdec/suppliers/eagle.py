@@ -46,6 +46,9 @@ class EagleRunner:
         self.head = head
         self.backend = backend
         self.backlog = np.zeros(0, dtype=np.int64)
+        # No separate prompt prefill (the prompt's pairs join the backlog with the first verification's
+        # features), so nothing beyond the backlog for a planner to price; `DraftRunner` has one.
+        self.pending_prefill = 0
 
     @property
     def feature_layers(self) -> tuple[int, ...]:

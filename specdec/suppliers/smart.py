@@ -4,14 +4,15 @@ Each step, before the draft runs, the step planner (`specdec.planner`) picks a d
 `max_depth` that maximises the predicted speedup ``L(D) c_T / C_step(D)`` (the step cost model:
 `specdec.cost`); D* = 0 is a plain AR step in which the draft does not run at all (its backlog grows and the
 next drafting step catches up in one forward). When it drafts, the draft catches up, then for depth
-d = 1, 2, ... D*: `ops.smart_expand` takes the top-`topk` children of every frontier node, sorts them by
-path probability and keeps, per row, the longest prefix passing the marginal test::
+d = 1, 2, ... D*: the top-`topk` children of every frontier node come to the host (`smart_host`), are
+sorted by calibrated path probability P (the planner's `Calibration` of the draft's probabilities) and
+each row keeps the longest prefix passing the marginal test::
 
-    alpha * alpha_hat(d) * dL(u) / dC(|T|) > L(T) / C(|T|)       dL(u) = P(u) / |paths| ("paper") or P(u)
+    alpha * dL(u) * C(|T|) > L(T) * dC(|T|)       dL(u) = P(u) / |paths| ("paper") or P(u) ("expected")
 
-with C the step's cost so far (loop, catch-up, the layers forwarded) plus verification at |T| nodes,
-alpha_hat(d) the planner's calibration of the draft's probabilities at depth d, and |paths| the tree's
-current leaves, updated candidate by candidate. With ``padding_aware`` (batches) a node that widens the
+with C the step's cost so far (loop, catch-up, the layers forwarded) plus verification at |T| nodes and
+|paths| the tree's current leaves, updated candidate by candidate (`early_stop=False`: `ops.smart_expand`
+on the device, |paths| held per layer). With ``padding_aware`` (batches) a node that widens the
 batch's padded width W pays a new column for the whole batch and is weighed against the batch's summed
 L; one under W pays only its share of its column. Then the next layer's forward runs only if the best its
 children could add (their summed path probability is at most their parents': the frontier's mass)
@@ -200,9 +201,11 @@ class SmartSupplier(Supplier):
         if not self.runner.backlog.all():  # an EAGLE head before the first verification: no features yet
             self._facts, self._tree = None, None
             return root_only(state.root)
-        backlog = int(self.runner.backlog.max())
+        # The first drafting step of a call also prefills the draft's prompts: priced as part of its catch-up.
+        cold = self.runner.pending_prefill > 0
+        backlog = int(self.runner.backlog.max()) + self.runner.pending_prefill
         context = float((state.history_len - state.host_start).max())
-        plan = self.planner.plan(backlog, context)
+        plan = self.planner.plan(backlog, context, cold)
         self._facts, self._tree = None, None
         if plan.depth == 0:  # plain decoding: the draft does not run, its backlog grows
             return root_only(state.root)

@@ -17,9 +17,10 @@ lower candidate index), with |T|_j the tree's size before j joins, V the step's 
 L_j: the row's L (1 + the sum of its nodes' calibrated probabilities) plus the candidates ahead of j;
 |paths|_j: the tree's leaves before j joins ("paper"; 1 for "expected"). Batch rule (``batch=True``): a
 node that fits under the batch's padded width W costs its share of a column already paid, (V(W + 1) -
-V(W)) / B, and widening costs the column V(|T|_j + 1) - V(|T|_j) for the whole batch, both against the
-batch's summed L at C = spent + V(max(|T|_j, W)). The kept candidates are the longest prefix that passes
-and fits the budget.
+V(W)) / B, against the batch's summed L at C = spent + V(W); the columns past W are priced whole: column
+c (width c + 1) joins when the summed gain of the rows' candidates landing in it beats
+L_batch * (V(c + 1) - V(c)) at C = spent + V(c), columns in order, each row's candidates still a prefix.
+The kept candidates are the longest prefix that passes and fits the budget.
 """
 
 from __future__ import annotations
@@ -150,14 +151,34 @@ class HostTree:
         v = r.verify
         top = len(v) - 2
         if r.batch and B > 1:
-            wide = int(self.size.max())
-            value = r.spent + v[np.minimum(np.maximum(n, wide), top)]
-            under = (v[wide + 1] - v[wide]) / B
-            slope = np.where(n + 1 <= wide, under, v[np.minimum(n + 1, top + 1)] - v[np.minimum(n, top)])
-            tree_len = self.length.sum() + before
-        else:
-            value = r.spent + v[np.minimum(n, top)]
-            slope = v[np.minimum(n + 1, top + 1)] - v[np.minimum(n, top)]
-            tree_len = self.length[:, None] + before
+            return self._keep_batch(cal, gain, n, before, active, r)
+        value = r.spent + v[np.minimum(n, top)]
+        slope = v[np.minimum(n + 1, top + 1)] - v[np.minimum(n, top)]
+        tree_len = self.length[:, None] + before
         ok = active & (gain * value > tree_len * np.maximum(slope, 1e-12)) & (n + 1 <= r.budget)
         return np.cumprod(ok, axis=1).astype(bool)
+
+    def _keep_batch(self, cal: np.ndarray, gain: np.ndarray, n: np.ndarray, before: np.ndarray, active: np.ndarray,
+                    r: Rule) -> np.ndarray:
+        """The batch rule (module docstring): candidates under the padded width W one by one, each column
+        past it for the whole batch. cal, gain, n (|T|_j), before: [B, F*k]; active: [B, F*k] bool."""
+        B, FK = cal.shape
+        v, top = r.verify, len(r.verify) - 2
+        wide = int(self.size.max())
+        under = n < wide  # joins as node n < W: fits under the padded width
+        share = (v[min(wide + 1, top + 1)] - v[min(wide, top)]) / B
+        total = self.length.sum()
+        ok_under = active & under & (gain * (r.spent + v[min(wide, top)]) > (total + before) * max(share, 1e-12))
+        ok_under &= n + 1 <= r.budget
+        run = np.cumprod(ok_under | ~under, axis=1).astype(bool)  # every under-width candidate before passed
+        widening = active & ~under & run & (n + 1 <= r.budget)
+        col = np.where(widening, n - wide, FK)  # column index past W (FK: none)
+        rows = np.nonzero(widening)
+        col_gain = np.bincount(col[rows], weights=gain[rows], minlength=FK)[:FK]
+        col_cal = np.bincount(col[rows], weights=cal[rows], minlength=FK)[:FK]
+        width = np.minimum(wide + np.arange(FK), top)
+        length = total + (cal * ok_under).sum() + np.cumsum(col_cal) - col_cal  # the batch's L before column c
+        slope = v[np.minimum(width + 1, top + 1)] - v[width]
+        col_ok = np.cumprod((col_gain > 0) & (col_gain * (r.spent + v[width]) > length * np.maximum(slope, 1e-12)))
+        keep = ok_under | (widening & col_ok.astype(bool)[np.minimum(col, FK - 1)])
+        return np.cumprod(keep, axis=1).astype(bool)
