@@ -22,7 +22,9 @@ from specdec.valuspec import BranchScorer, ValuSpecFilter, fill_to_width, keep_b
 from test_cost import make_cost
 from test_eagle import eagle_target, head_tensors, write_head
 from test_generate import reference
+from test_cli import generate_matches_hf, saved  # noqa: F401  (a tiny target, draft and tokenizer saved to disk)
 from test_retrieval import eos_mid_batch_case, store_of_outputs
+from test_smart_cli import profiled  # noqa: F401  (a profile of that pair)
 from test_smart import state_for
 from test_valuspec_lengths import counting
 
@@ -244,3 +246,24 @@ def test_identity_with_the_gate_eos_mid_batch(tmp_path):
             assert torch.equal(out.sequences, ref), (type(supplier).__name__, cost is STEEP)
             row0 = out.sequences[0, ids.shape[1]:].tolist()
             assert eos in row0 and all(t == 0 for t in row0[row0.index(eos) + 1:])
+
+
+@pytest.mark.hf
+def test_generate_gates_scoring_with_a_profile_at_hand(saved, profiled, capsys, tmp_path, monkeypatch):  # noqa: F811
+    """`specdec generate --valuspec ... --profile P`: the filter's gate is a CostGate over P, asked before
+    every step with candidates; the output still equals HF generate."""
+    root = saved[0]
+    cal = specdec.Calibration(taus=(-3.0, -2.5), num_windows=(4, 3), window=2, delta=0.05, target=str(root / "target"),
+                              scorer=str(root / "draft"), num_prompts=2, max_new_tokens=12)
+    cal.save(tmp_path / "cal.json")
+    asked = []
+    plan = CostGate.plan
+    monkeypatch.setattr(CostGate, "plan", lambda self, tree, state: asked.append(tree.size) or plan(self, tree, state))
+    options = ["--method", "tree", "--draft", str(root / "draft"), "--depth", "3", "--topk", "2", "--total-tokens",
+               "6", "--valuspec", str(tmp_path / "cal.json")]
+    doc = generate_matches_hf(saved, capsys, options + ["--profile", str(profiled / "p.json")])
+    f = doc["stats"]["filter"]
+    assert len(asked) == f["steps"] > 0 and 0 <= f["steps_unscored"] <= f["steps"]
+    asked.clear()
+    generate_matches_hf(saved, capsys, options)  # no profile: no gate
+    assert asked == []
