@@ -22,8 +22,7 @@ Before anything is measured the gate scores (a probe); when even pruning every r
 pay (``V(W) - V(1)`` below the predicted scoring), it never scores; while it skips scoring, every
 `probe_every`-th step is scored anyway to keep r and k fresh; each probe that did not pay (its measured
 saving below its measured scoring) doubles that interval, up to `BACKOFF` times it, and one that paid
-resets it (at batch 1 on a CPU probes never pay: 5% of step time at one in 16). The very first scored
-step gives no verdict: it runs cold and overstates the scoring. What pruning costs in accepted tokens is not
+resets it (at batch 1 on a CPU probes never pay: 5% of step time at one in 16). What pruning costs in accepted tokens is not
 priced: the default configuration lost accepted tokens on at most 1.4% of steps in the README's
 measurements (ValuSpec), and `margin` covers it.
 
@@ -165,12 +164,11 @@ class CostGate(ScoringGate):
             est.skipped += 1
             return
         est.skipped = 0
-        first = est.scoring is None  # the first scored step runs cold (caches, a long catch-up): no verdict
         prior = self._prior(proposed)
         if self.online or prior is None:
             est.scoring = _ema(est.scoring, step.filter / prior if prior else step.filter)
         est.width_ratio = _ema(est.width_ratio, step.width / proposed)
-        if plan.probe and not first:
+        if plan.probe:
             saved = est.level * float(self.cost.verify_seconds(proposed) - self.cost.verify_seconds(step.width))
             paid = saved > (1 + self.margin) * step.filter
             est.interval = self.probe_every if paid else min(2 * est.interval, BACKOFF * self.probe_every)
