@@ -20,9 +20,7 @@ measured anyway; no sync is added)::
 
 Before anything is measured the gate scores (a probe); when even pruning every row to its root could not
 pay (``V(W) - V(1)`` below the predicted scoring), it never scores; while it skips scoring, every
-`probe_every`-th step is scored anyway to keep r and k fresh; each probe that did not pay (its measured
-saving below its measured scoring) doubles that interval, up to `BACKOFF` times it, and one that paid
-resets it (at batch 1 on a CPU probes never pay: 5% of step time at one in 16). What pruning costs in accepted tokens is not
+`probe_every`-th step is scored anyway to keep r and k fresh. What pruning costs in accepted tokens is not
 priced: the default configuration lost accepted tokens on at most 1.4% of steps in the README's
 measurements (ValuSpec), and `margin` covers it.
 
@@ -43,11 +41,10 @@ from .profiling import Profile
 from .state import DecodeState
 from .tree import TreeBatch
 
-__all__ = ["StepPlan", "ScoringGate", "CostGate", "MARGIN", "PROBE_EVERY", "BACKOFF"]
+__all__ = ["StepPlan", "ScoringGate", "CostGate", "MARGIN", "PROBE_EVERY"]
 
 MARGIN = 0.1  # the saving must beat the scoring by 10%
 PROBE_EVERY = 16  # while skipping, one scored step in this many keeps the estimates fresh
-BACKOFF = 8  # each probe that did not pay doubles the interval, up to BACKOFF * probe_every steps
 WEIGHT = 0.25  # weight of a new observation in the estimates' moving averages
 WIDTH_PRIOR = 0.5  # the width ratio before any step is scored
 CLIP = 4.0  # one observation moves an estimate at most this factor (a preempted step is not the norm)
@@ -92,7 +89,6 @@ class _Estimates:
         self.width_ratio = WIDTH_PRIOR
         self.scoring: float | None = None  # measured scoring / its prior (seconds when there is no prior)
         self.skipped = 0  # steps skipped since the last scored one
-        self.interval = 0  # steps between probes while skipping (set by the gate)
 
 
 def _ema(old: float | None, new: float) -> float:
@@ -130,7 +126,6 @@ class CostGate(ScoringGate):
             src = self.source
             self._models[b] = CostModel.fit(src, b) if isinstance(src, Profile) else src
             self._estimates[b] = _Estimates()
-            self._estimates[b].interval = self.probe_every
         self.cost, self.est = self._models[b], self._estimates[b]
         if not self.online and self.cost.draft_layer is not None:
             self.est.scoring = 1.0  # the prior as profiled
@@ -152,7 +147,7 @@ class CostGate(ScoringGate):
         saving = verify(width) - verify(max(est.width_ratio * width, 1.0))
         if saving > (1 + self.margin) * cost:
             return StepPlan(score=True, saving=saving, cost=cost)
-        probe = self.probe_every > 0 and est.skipped + 1 >= est.interval
+        probe = self.probe_every > 0 and est.skipped + 1 >= self.probe_every
         return StepPlan(score=probe, probe=probe, saving=saving, cost=cost)
 
     def record(self, step: StepRecord, plan: StepPlan, proposed: int) -> None:
@@ -168,7 +163,3 @@ class CostGate(ScoringGate):
         if self.online or prior is None:
             est.scoring = _ema(est.scoring, step.filter / prior if prior else step.filter)
         est.width_ratio = _ema(est.width_ratio, step.width / proposed)
-        if plan.probe:
-            saved = est.level * float(self.cost.verify_seconds(proposed) - self.cost.verify_seconds(step.width))
-            paid = saved > (1 + self.margin) * step.filter
-            est.interval = self.probe_every if paid else min(2 * est.interval, BACKOFF * self.probe_every)
