@@ -14,7 +14,9 @@ For each prompt set (HumanEval; Spec-Bench, all of it or by category as ``spec_b
      AR; each supplier (retrieval, draft tree, SMART) alone and through ValuSpec in each configuration of
      `--configs`: paper (whole branches, single tau), branch (whole branches, tau by length), prefix-single
      (prefix unit, single tau), prefix (prefix unit, tau by length); retrieval + fixed thresholds
-     (`fixed`) and retrieval + ValuSpec calibrated on every other set (`transfer`, cross-dataset). Then,
+     (`fixed`) and retrieval + ValuSpec calibrated on every other set (`transfer`, cross-dataset); with
+     `--gate` every ValuSpec configuration also with the cost gate (`specdec.gate.CostGate` over SMART's
+     profile of the pair, measured in the same run), labelled +gate. Then,
      untimed, every filtered run once more in audit mode at each of `--audit-batch-sizes` (false
      discards: the audit adds a target forward per step, so it never shares a timed run).
 
@@ -80,6 +82,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--configs", nargs="+", default=list(CONFIGS) + ["fixed", "transfer"],
                    help=f"filter configurations to run: {', '.join(CONFIGS)} (each also as NAME@DELTA, calibrated "
                    "at that delta instead of --delta), fixed, transfer")
+    p.add_argument("--gate", action="store_true", help="also run every ValuSpec configuration with the cost gate "
+                   "(scores a step only when SMART's step cost model says it pays), labelled +gate")
     p.add_argument("--audit-batch-sizes", type=int, nargs="*", default=[1], help="batch sizes of the untimed audits")
     p.add_argument("--stdlib-files", type=int, default=None, help="first N stdlib files in the store (default all)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
@@ -163,9 +167,10 @@ def config_delta(args, config: str) -> float:
     return float(delta) if delta else PAPER_DELTA if name == "paper" else args.delta
 
 
-def filters(args, scorer, calibrations: dict[float, Calibration], length: int) -> list[tuple[str, object]]:
+def filters(args, scorer, calibrations: dict[float, Calibration], length: int, cost) -> list[tuple[str, object]]:
     """(suffix, filter factory) per ValuSpec configuration in --configs; the single tau is tau at
-    `length`, the supplier's branch length (the paper's window rule)."""
+    `length`, the supplier's branch length (the paper's window rule). With --gate each also with the cost
+    gate over `cost` (each factory call makes a fresh gate: nothing learned carries between runs)."""
     out = []
     for config in args.configs:
         name = config.partition("@")[0]
@@ -174,8 +179,11 @@ def filters(args, scorer, calibrations: dict[float, Calibration], length: int) -
         cal = calibrations[config_delta(args, config)]
         single = replace(cal, window=min(length, len(cal.taus)))
         unit, by_length = CONFIGS[name]
-        out.append((f"+valuspec-{config}", lambda audit=False, unit=unit, by_length=by_length, c=single: ValuSpecFilter(
-            scorer, c, unit=unit, length_aware=by_length, audit=audit)))
+        for gated in (False, True) if args.gate else (False,):
+            out.append((f"+valuspec-{config}" + ("+gate" if gated else ""),
+                        lambda audit=False, unit=unit, by_length=by_length, c=single, g=gated: ValuSpecFilter(
+                            scorer, c, unit=unit, length_aware=by_length, audit=audit,
+                            cost_model=cost if g else None)))
     return out
 
 
@@ -192,7 +200,7 @@ def runs_for(args, name: str, sets: dict, draft, scorer, cost) -> list[tuple[str
     runs = [("ar", "", lambda: harness.make_supplier("ar", None), None)]
     for label, supplier, length in suppliers:
         runs.append((label, "", supplier, None))
-        runs += [(label + suffix, name, supplier, filt) for suffix, filt in filters(args, scorer, own, length)]
+        runs += [(label + suffix, name, supplier, filt) for suffix, filt in filters(args, scorer, own, length, cost)]
     if "fixed" in args.configs:
         runs += [(f"retrieval+fixed-{p:g}", "", retr, (lambda p=p: lambda audit=False: FixedThresholdFilter(
             scorer, p, audit=audit))()) for p in args.thresholds]
@@ -267,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     draft = None if args.no_draft_methods else load_model(args.draft, dtype=args.dtype, device=str(target.device))
     scorer = load_model(args.scorer, dtype=args.dtype, device=str(target.device)) if args.scorer else (
         draft if draft is not None else load_model(args.draft, dtype=args.dtype, device=str(target.device)))
-    cost = None if draft is None else cached_profile(target, draft, batch_sizes=tuple(args.batch_sizes), **AUTO_PROFILE)
+    # SMART's profile of the pair; with --gate also without the draft methods (the scorer is the draft model)
+    cost = (cached_profile(target, draft or scorer, batch_sizes=tuple(args.batch_sizes), **AUTO_PROFILE)
+            if draft is not None or args.gate else None)
     with torch.inference_mode():
         sets = {name: prepare(args, name, tokenizer, target, scorer) for name in args.prompt_sets}
         rows = [row for name in args.prompt_sets

@@ -6,6 +6,7 @@ from .calibration import Calibration, calibrate
 from .cost import CostModel
 from .datastore import Datastore
 from .eagle import EagleHead
+from .gate import CostGate
 from .generate import FilterStats, GenerateOutput, SpeculativeGenerator, Stats, TreeFilter
 from .profiling import Profile, profile
 from .suppliers import (ARSupplier, DraftSupplier, EagleSupplier, PromptLookupSupplier, RetrievalSupplier, SmartSupplier,
@@ -42,6 +43,7 @@ __all__ = [
     "BranchScorer",
     "ValuSpecFilter",
     "FixedThresholdFilter",
+    "CostGate",
     "Calibration",
     "calibrate",
 ]

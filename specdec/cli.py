@@ -55,7 +55,8 @@ def add_retrieval_options(parser: argparse.ArgumentParser, budget: int = 64) -> 
 # pair on a CPU lies within 128 nodes, and a 256-token context is what HumanEval prompts reach.
 def add_smart_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", type=Path, help="cost profile of this pair (method smart; `specdec profile`); "
-                        "default: profile it here, once, cached")
+                        "default: profile it here, once, cached. With --valuspec it also gates scoring: a step is "
+                        "scored only when the verification it saves beats the scoring")
     parser.add_argument("--alpha", type=float, default=0.8, help="SMART's aggressiveness (smart)")
     parser.add_argument("--benefit", choices=("paper", "expected"), default=None,
                         help="SMART's benefit rule (default: SmartSupplier's, expected)")
@@ -230,7 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--tree-sizes", type=int, nargs="+", help="static tree sizes (--total-tokens); several run "
                        "as tree-<size>")
     bench.add_argument("--profile", type=Path, help="cost profile for method smart; default: profile the pair "
-                       "here at the bench's batch sizes, once, cached")
+                       "here at the bench's batch sizes, once, cached. Given (or profiled for a planned method), "
+                       "--valuspec-methods runs score only the steps where that pays")
     bench.add_argument("--smart-variants", nargs="+", default=["default"], help="SmartSupplier options per smart "
                        "run: 'default' or key=value,... (alpha, budget, benefit, topk, frontier, max_depth, "
                        "padding_aware, early_stop, planner, online, margin, probe_every, reprofile, fit_batch); several "
@@ -253,10 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def make_filter(args: argparse.Namespace, calibration: Calibration | None, target, draft) -> ValuSpecFilter | None:
+def make_filter(args: argparse.Namespace, calibration: Calibration | None, target, draft,
+                cost: Profile | None = None) -> ValuSpecFilter | None:
     """The filter of --valuspec (its loaded `calibration`) or --fixed-threshold (None without either); the
     scorer is --scorer, else the draft itself (the same model object, so a draft supplier's log-probs are
-    reused), else demo-draft with the demo target."""
+    reused), else demo-draft with the demo target. With a cost profile at hand (`cost`: the method's, or
+    --profile) it scores only the steps where that pays (`specdec.gate.CostGate`)."""
     if calibration is None and args.fixed_threshold is None:
         return None
     name = scorer_name(args)
@@ -265,11 +269,12 @@ def make_filter(args: argparse.Namespace, calibration: Calibration | None, targe
                                                                                  what="--scorer")
     unit = {"unit": args.valuspec_unit} if args.valuspec_unit else {}  # else the filter's own default
     if calibration is None:
-        return FixedThresholdFilter(scorer, args.fixed_threshold, audit=args.audit, **unit)
+        return FixedThresholdFilter(scorer, args.fixed_threshold, audit=args.audit, cost_model=cost, **unit)
     if calibration.target != target.config._name_or_path or calibration.scorer != scorer.config._name_or_path:
         print(f"specdec: warning: {args.valuspec} was calibrated for {calibration.target} scored by "
               f"{calibration.scorer}", file=sys.stderr)
-    return ValuSpecFilter(scorer, calibration, audit=args.audit, length_aware=not args.single_tau, **unit)
+    return ValuSpecFilter(scorer, calibration, audit=args.audit, length_aware=not args.single_tau, cost_model=cost,
+                          **unit)
 
 
 def read_prompts(args: argparse.Namespace) -> list[str]:
@@ -305,7 +310,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
                                      total_tokens=args.total_tokens, datastore=datastore,
                                      budget=64 if args.budget is None else args.budget, cost=cost, smart=smart,
                                      eagle=eagle)
-    generator = SpeculativeGenerator(target, supplier, make_filter(args, calibration, target, draft))
+    gate_cost = cost if cost is not None else (Profile.load(args.profile) if args.profile is not None else None)
+    generator = SpeculativeGenerator(target, supplier, make_filter(args, calibration, target, draft, gate_cost))
     rng = None if seed is None else torch.Generator(device=target.device).manual_seed(seed)
     results, stats = [], []
     batches = range(0, len(prompts), args.batch_size)

@@ -160,8 +160,9 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
         else:
             runs[m] = (m, max(args.budgets))  # retrieval-smart: the largest budget is its cap
     # retrieval-smart and prompt-lookup-smart share SMART's profile (its target parts; they draft nothing)
+    # ... and ValuSpec's cost gate, when a profile is at hand (a planned method, or --profile)
     cost = (smart_profile(getattr(args, "profile", None), target, draft, args.batch_sizes)
-            if set(harness.PLANNED_METHODS) & set(methods) else None)
+            if set(harness.PLANNED_METHODS) & set(methods) or getattr(args, "profile", None) else None)
     runs, options = variant_runs(args, runs, cost)
     # eagle-smart: the head's own profile (its layer and catch-up are the head's forwards; --profile is the pair's)
     eagle_cost = (smart_profile(None, target, eagle, args.batch_sizes) if harness.EAGLE_SMART in runs else None)
@@ -184,7 +185,7 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
                                                                "datastore": datastore, "total_tokens": args.total_tokens,
                                                                "budget": budget, "cost": cost, "eagle": eagle,
                                                                **options.get(m, {})})
-            filt = ValuSpecFilter(draft, calibration) if m.endswith("+valuspec") else None
+            filt = ValuSpecFilter(draft, calibration, cost_model=cost) if m.endswith("+valuspec") else None
             harness.run_method(target, supplier, encoded[ps][:bs], batch_size=bs, max_new_tokens=4, method=m,
                                prompt_set=ps, pad_token_id=tokenizer.pad_token_id, eos_token_id=None,
                                filter=filt, sampling=sampling, seed=seed)  # warm-up

@@ -33,7 +33,8 @@ class FilterStats:
     `accepted` counts the candidates the target accepted (bonus tokens excluded), so `acceptance_rate` is
     the share of the retained candidates that were accepted. A row-step a gate left unscored keeps its
     whole tree (it counts as kept). Audit counts exist only when the filter also verified the unfiltered
-    tree."""
+    tree. The step counts (``steps`` .. ``width_verified``) are per step, not per row: the padded widths
+    of the trees the filter got and sent on, summed, say how much verification width pruning saved."""
 
     rows: int = 0
     supplier_empty: int = 0
@@ -47,6 +48,10 @@ class FilterStats:
     audited: int = 0  # row-steps whose unfiltered tree was verified too
     false_discards: int = 0  # audited row-steps where a discarded branch would have been accepted further
     tokens_lost: int = 0  # accepted tokens the discards cost, summed over audited row-steps
+    steps: int = 0  # steps the filter saw
+    steps_unscored: int = 0  # of them, steps a gate sent unfiltered
+    width_proposed: int = 0  # padded tree widths the supplier proposed, summed over steps
+    width_verified: int = 0  # padded tree widths sent to the target, summed over steps
 
     def merge(self, other: "FilterStats") -> "FilterStats":
         return FilterStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
@@ -61,6 +66,8 @@ class FilterStats:
                 "ar_fallback_rate": ratio(self.supplier_empty + self.filter_emptied, self.rows),
                 "acceptance_rate": ratio(self.accepted, self.nodes_kept),
                 "unscored_rate": ratio(self.unscored, self.rows),
+                "steps_unscored_rate": ratio(self.steps_unscored, self.steps),
+                "width_saved_rate": ratio(self.width_proposed - self.width_verified, self.width_proposed),
                 "false_discard_rate": ratio(self.false_discards, self.audited)}
 
 
@@ -83,6 +90,9 @@ class TreeFilter(ABC):
 
     def commit(self, acceptance: Acceptance) -> None:
         """Learn what the target accepted (advance a scorer's cache)."""
+
+    def record_step(self, step: StepRecord) -> None:
+        """What the loop measured in this step (after `commit`; not the first step, which reads the prompt)."""
 
     def report(self) -> FilterStats | None:
         """What this filter did since `start`."""
@@ -245,7 +255,10 @@ class SpeculativeGenerator:
             stats.record(accepted, tree.size, int(emitted.sum()), propose=t1 - t0, filter=t2 - t1, verify=t3 - t2,
                          commit=t4 - t3)
             if prompt is None:  # the first verification also forwarded the prompt: not a step's cost
-                self.supplier.record_step(StepRecord(tree.size, accepted, t1 - t0, t2 - t1, t3 - t2, t4 - t3, active))
+                record = StepRecord(tree.size, accepted, t1 - t0, t2 - t1, t3 - t2, t4 - t3, active)
+                self.supplier.record_step(record)
+                if self.filter is not None:
+                    self.filter.record_step(record)
             prompt = None
         stats.seconds = time.perf_counter() - t_begin
         stats.filter = self.filter.report() if self.filter is not None else None

@@ -13,10 +13,18 @@ tau_1 = -2, tau_2 = -1: branch r-a-c (2 tokens) scores (-0.1 - 0.5) / 2 = -0.3 >
 r-b (1 token) scores -3.0 < tau_1 (cut); the verified tree is r, a, c. With ``unit="prefix"`` every node
 is judged by the threshold of its own depth: a (-0.1 >= tau_1) would qualify on its own too.
 
-Per-step gate (`ScoringGate`). Before scoring, a gate may decide from host-known quantities (the tree's
+Per-step gate (`specdec.gate`). Before scoring, a gate may decide from host-known quantities (the tree's
 padded width, the batch, measured timings: nothing that waits for the device) that this step is not
 worth scoring; the tree then goes to the target unfiltered, and the scorer catches up on the skipped
-steps' tokens at its next forward. Without a gate every step is scored.
+steps' tokens at its next forward. Given a cost model (``cost_model=``: SMART's `CostModel` or a
+`Profile`) the filter's gate is a `CostGate`: it scores when the verification saved beats the scoring.
+Without a gate every step is scored.
+
+Pruning aimed at the padded width (`fill_to_width`). Under a batch the target's forward costs what the
+widest row's tree costs; a row cut below the widest kept row saves only attention. So after the
+threshold rule, each row gets back its best cut nodes (by the path's worst margin over the threshold,
+ancestors first) up to the padded width the cut leaves: the same verify cost, more candidates. At batch
+1 it changes nothing. ``fill=False`` keeps the threshold rule alone (the paper's).
 
 Scoring (`BranchScorer`). The scorer keeps its own `TreeCache` through a `DraftRunner` (prefill, and the
 catch-up chain of the tokens the target accepted last step). Each step one scorer forward covers the
@@ -35,8 +43,6 @@ forces the forward (tests compare the two).
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -46,7 +52,11 @@ from transformers import PreTrainedModel
 from . import ops
 from .attention import install, tree_forward
 from .calibration import Calibration
+from .cost import CostModel
+from .gate import CostGate, ScoringGate, StepPlan
 from .generate import FilterStats, TreeFilter
+from .planner import StepRecord
+from .profiling import Profile
 from .parallel import full_weight
 from .state import DecodeState
 from .suppliers.base import Supplier
@@ -54,7 +64,8 @@ from .suppliers.draft import DraftRunner
 from .tree import TreeBatch, pack_bits, unpack_bits
 from .verify import Acceptance, greedy_accept
 
-__all__ = ["BranchScorer", "ValuSpecFilter", "FixedThresholdFilter", "ScoringGate", "StepPlan", "keep_branches"]
+__all__ = ["BranchScorer", "ValuSpecFilter", "FixedThresholdFilter", "ScoringGate", "StepPlan", "keep_branches",
+           "fill_to_width"]
 
 # Counters kept on the device during decoding (no sync per step), in FilterStats field order.
 _COUNTERS = ("rows", "supplier_empty", "filter_emptied", "branches", "branches_kept", "nodes", "nodes_kept",
@@ -85,6 +96,28 @@ def keep_branches(tree: TreeBatch, scores: Tensor, taus: Tensor | float, unit: s
     keep = on.any(1)
     keep[:, 0] = True
     return keep & tree.valid
+
+
+def fill_to_width(tree: TreeBatch, keep: Tensor, scores: Tensor, taus: Tensor | float) -> Tensor:
+    """[B, T] bool: `keep` plus, in each row, its best cut nodes up to the widest row's kept count (the
+    padded width verification pays for). A node's rank is the worst margin (path score minus the threshold
+    of its depth) along its root path, so a parent ranks at least as high as its child and, ties going to
+    the lower index (a parent's), the result stays closed under ancestors.
+
+    Example: row 0 keeps 5 nodes, row 1 keeps 2 of its 6: the padded width is 5 either way, so row 1
+    gets back its 3 best cut nodes. keep, scores: [B, T] as `keep_branches` takes and returns them.
+    """
+    B, T = tree.tokens.shape
+    taus = torch.as_tensor(taus, dtype=torch.float32, device=scores.device).reshape(-1)  # [L]
+    bar = taus[tree.depth.clamp(1, taus.shape[0]) - 1]  # [B, T]
+    margin = (scores - bar).masked_fill(tree.depth == 0, float("inf"))  # [B, T]: the root never limits a path
+    on_path = unpack_bits(tree.ancestor_mask, T)  # [B, node, ancestor-or-self]
+    worst = torch.where(on_path, margin[:, None, :], float("inf")).amin(2)  # [B, T]
+    rank_key = torch.where(keep, float("inf"), worst).masked_fill(~tree.valid, float("-inf"))
+    order = torch.sort(rank_key, dim=1, descending=True, stable=True).indices  # kept first, then the best cut
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(T, device=order.device).expand(B, T))
+    width = keep.sum(1).amax()  # a device scalar: no sync here (compact syncs the final width once)
+    return (rank < width) & tree.valid
 
 
 def compact(tree: TreeBatch, keep: Tensor) -> TreeBatch:
@@ -133,22 +166,6 @@ class _ScorerRunner(DraftRunner):
         self.backlog = np.zeros_like(self.backlog)
         root = hidden.gather(1, (n - 1)[:, None, None].expand(B, 1, hidden.shape[-1]))  # [B, 1, d]
         return torch.cat([root, hidden[:, C:]], 1)
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    """What the filter does in one step, decided before the step is scored."""
-
-    score: bool = True  # False: no scoring; the tree goes to the target whole
-
-
-class ScoringGate(ABC):
-    """Decides per step whether `ValuSpecFilter` scores, from host-known quantities only (the tree's padded
-    width ``tree.size``, the batch, the host state, timings measured so far): a gate must not read device
-    tensors, which would add a host sync to every step."""
-
-    @abstractmethod
-    def plan(self, tree: TreeBatch, state: DecodeState) -> StepPlan: ...
 
 
 class BranchScorer:
@@ -238,32 +255,41 @@ class ValuSpecFilter(TreeFilter):
     audit: also run the target over the unfiltered tree (a second target cache, so twice the target's
     KV memory and one more target forward per step) to count false discards: row-steps where the target
     would have accepted more tokens of the unfiltered tree than of the kept one. Diagnostic only.
-    gate: a `ScoringGate` deciding per step whether to score (None: every step).
+    gate: a `ScoringGate` deciding per step whether to score (None: every step, unless `cost_model`).
+    cost_model: a `CostModel` or `Profile` of the pair (SMART's): the gate is then a `CostGate` over it.
+    fill: after the threshold rule, fill each row back up to the padded width (`fill_to_width`).
     """
 
     def __init__(self, scorer: PreTrainedModel | BranchScorer, calibration: Calibration, *, unit: str = DEFAULT_UNIT,
-                 length_aware: bool = DEFAULT_LENGTH_AWARE, audit: bool = False, gate: ScoringGate | None = None):
+                 length_aware: bool = DEFAULT_LENGTH_AWARE, audit: bool = False, gate: ScoringGate | None = None,
+                 cost_model: CostModel | Profile | None = None, fill: bool = True):
         if not isinstance(calibration, Calibration):
             raise ValueError(f"calibration: expected a specdec Calibration, got {type(calibration).__name__}")
         if not isinstance(length_aware, bool):
             raise ValueError(f"length_aware: expected a bool, got {length_aware!r}")
-        self._init(scorer, calibration.taus if length_aware else (calibration.tau,), audit, unit, gate)
+        self._init(scorer, calibration.taus if length_aware else (calibration.tau,), audit, unit, gate, cost_model,
+                   fill)
         self.calibration = calibration
         self.length_aware = length_aware
 
     def _init(self, scorer: PreTrainedModel | BranchScorer, taus: tuple[float, ...], audit: bool, unit: str,
-              gate: ScoringGate | None) -> None:
-        if not isinstance(audit, bool):
-            raise ValueError(f"audit: expected a bool, got {audit!r}")
+              gate: ScoringGate | None, cost_model: CostModel | Profile | None, fill: bool) -> None:
+        for name, value in (("audit", audit), ("fill", fill)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name}: expected a bool, got {value!r}")
         if unit not in ("branch", "prefix"):
             raise ValueError(f"unit: expected 'branch' or 'prefix', got {unit!r}")
         if gate is not None and not isinstance(gate, ScoringGate):
             raise ValueError(f"gate: expected a specdec ScoringGate, got {type(gate).__name__}")
+        if gate is not None and cost_model is not None:
+            raise ValueError("cost_model: pass a gate or a cost model (which makes a CostGate), not both")
+        gate = CostGate(cost_model) if cost_model is not None else gate
         self.unit = unit
         self.scorer = scorer if isinstance(scorer, BranchScorer) else BranchScorer(scorer)
         self.taus = tuple(float(t) for t in taus)  # taus[d - 1]: the threshold of a d-token path; one: every length
         self.audit = audit
         self.gate = gate
+        self.fill = fill
         self._auditor: _ScorerRunner | None = None
         self._counts: Tensor | None = None
 
@@ -282,7 +308,11 @@ class ValuSpecFilter(TreeFilter):
         device = state.root.device
         self._taus = torch.tensor(self.taus, dtype=torch.float32, device=device)  # [L]
         self._counts = torch.zeros(len(_COUNTERS), dtype=torch.int64, device=device)
-        self._unscored = 0  # host count: the gate decides on the host
+        self._unscored = 0  # host counts: the gate decides on the host, compact syncs the width
+        self._steps = dict.fromkeys(("steps", "steps_unscored", "width_proposed", "width_verified"), 0)
+        self._plan, self._proposed = StepPlan(), 1
+        if self.gate is not None:
+            self.gate.start(state)
 
     def commit(self, acc: Acceptance) -> None:
         self.scorer.commit(acc)
@@ -292,17 +322,35 @@ class ValuSpecFilter(TreeFilter):
         self._counts[_ACCEPTED] += acc.num_accepted.sum()
 
     def filter(self, tree: TreeBatch, state: DecodeState) -> TreeBatch:
-        plan = self.gate.plan(tree, state) if self.gate is not None else StepPlan()
+        # A root-only tree (every row's supplier found nothing, or a planner's plain step) has nothing to
+        # prune: no scorer forward (its cache catches up at the next one), no gate, not counted as skipped.
+        plan = StepPlan(score=tree.size > 1)
+        if self.gate is not None and tree.size > 1:
+            plan = self.gate.plan(tree, state)
+            if not plan.score:
+                self._unscored += int((~state.finished).sum())  # host state: no sync
+                self._steps["steps_unscored"] += 1
         active = state.active()
         if plan.score:
-            keep = keep_branches(tree, self.scorer.scores(tree), self._taus, self.unit)
+            scores = self.scorer.scores(tree)
+            keep = keep_branches(tree, scores, self._taus, self.unit)
+            if self.fill:
+                keep = fill_to_width(tree, keep, scores, self._taus)
         else:
             keep = tree.valid
-            self._unscored += int((~state.finished).sum())  # host state: no sync
         self._count(tree, keep, active)
         if self._auditor is not None:
             self._count_audit(tree, keep, active)
-        return compact(tree, keep) if plan.score else tree
+        out = compact(tree, keep) if plan.score else tree
+        self._plan, self._proposed = plan, tree.size
+        self._steps["steps"] += 1
+        self._steps["width_proposed"] += tree.size
+        self._steps["width_verified"] += out.size
+        return out
+
+    def record_step(self, step: StepRecord) -> None:
+        if self.gate is not None and self._proposed > 1:
+            self.gate.record(step, self._plan, self._proposed)
 
     def _count(self, tree: TreeBatch, keep: Tensor, active: Tensor) -> None:
         """Accumulate this step's counters on the device (no sync)."""
@@ -332,7 +380,7 @@ class ValuSpecFilter(TreeFilter):
         if self._counts is None:
             return None
         counts = dict(zip(_COUNTERS, self._counts.tolist()))  # one sync per generate call
-        return FilterStats(**counts, unscored=self._unscored)
+        return FilterStats(**counts, unscored=self._unscored, **self._steps)
 
 
 class FixedThresholdFilter(ValuSpecFilter):
@@ -340,10 +388,11 @@ class FixedThresholdFilter(ValuSpecFilter):
     fixed cut-off, ``tau = log(probability)``, with no calibration. The paper sweeps 0.3 to 0.8."""
 
     def __init__(self, scorer: PreTrainedModel | BranchScorer, probability: float, *, audit: bool = False,
-                 unit: str = "branch", gate: ScoringGate | None = None):
+                 unit: str = "branch", gate: ScoringGate | None = None, cost_model: CostModel | Profile | None = None,
+                 fill: bool = True):
         if isinstance(probability, bool) or not isinstance(probability, (int, float)) or not 0 < probability <= 1:
             raise ValueError(f"probability: expected a number in (0, 1], got {probability!r}")
-        self._init(scorer, (math.log(probability),), audit, unit, gate)
+        self._init(scorer, (math.log(probability),), audit, unit, gate, cost_model, fill)
         self.probability = float(probability)
         self.calibration = None
         self.length_aware = False

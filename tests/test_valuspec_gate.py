@@ -1,0 +1,269 @@
+"""ValuSpec priced by SMART's step cost model: the cost gate (never pays -> no scorer forward, always pays
+-> every step scored, its decisions on hand-made curves and timers), pruning aimed at the padded width
+(`fill_to_width` against brute force), and output identity with the gate on for retrieval, draft tree and
+EAGLE trees, batch 1, ragged and EOS mid-batch."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+import specdec
+from conftest import make_model, perturbed, ragged_prompts
+from specdec.calibration import calibrate
+from specdec.cost import Curve
+from specdec.gate import CostGate, StepPlan
+from specdec.planner import StepRecord
+from specdec.tree import TreeBatch, unpack_bits
+from specdec.valuspec import BranchScorer, ValuSpecFilter, fill_to_width, keep_branches
+from test_cost import make_cost
+from test_eagle import eagle_target, head_tensors, write_head
+from test_generate import reference
+from test_cli import generate_matches_hf, saved  # noqa: F401  (a tiny target, draft and tokenizer saved to disk)
+from test_retrieval import eos_mid_batch_case, store_of_outputs
+from test_smart_cli import profiled  # noqa: F401  (a profile of that pair)
+from test_smart import state_for
+from test_valuspec_lengths import counting
+
+CAL_PROMPTS = [[5, 6, 7, 8, 9], [20, 30, 40, 50]]
+
+
+def priced(per_node: float, scoring: float = 1e-6):
+    """A cost model whose verification costs 1 ms + `per_node` seconds per node and whose scorer (draft)
+    forward costs `scoring` seconds at any width. Decoding tests use it frozen (``online=False``): the
+    tiny models' measured timers would otherwise correct it toward this CPU's costs."""
+    base = make_cost(layer=scoring, catch_up=scoring)
+    x = (1.0, 2.0, 64.0)
+    return replace(base, use_fit=False, verify_points=Curve.through(x, [1e-3 + per_node * n for n in x]))
+
+
+FLAT = priced(0.0, scoring=1e-3)  # pruning can save nothing: scoring never pays
+STEEP = priced(1.0)  # a second per node: any pruning pays
+
+
+# ------------------------------------------------------------------------------ the gate on its own
+def tree_of_width(width: int, rows: int = 2) -> TreeBatch:
+    return TreeBatch.from_parents([[7] + [5] * (width - 1)] * rows, [[-1] + list(range(width - 1))] * rows,
+                                  [width] * rows)
+
+
+def step(width: int, filter_s: float, verify_s: float) -> StepRecord:
+    return StepRecord(width, np.array([2, 1]), 1e-3, filter_s, verify_s, 1e-4)
+
+
+def test_gate_never_scores_when_even_an_empty_tree_would_not_pay():
+    gate = CostGate(FLAT)
+    state = state_for(*ragged_prompts([4, 6]))
+    gate.start(state)
+    plan = gate.plan(tree_of_width(16), state)
+    assert not plan.score and not plan.probe and plan.cost == pytest.approx(1e-3)
+
+
+def test_gate_probes_then_scores_what_pays_and_probes_again_while_skipping():
+    model = priced(1e-4, scoring=1e-3)  # pruning 16 -> 8 nodes saves 0.8 ms: less than the 1 ms scoring
+    gate = CostGate(model, probe_every=4)
+    state = state_for(*ragged_prompts([4, 6]))
+    gate.start(state)
+    first = gate.plan(tree_of_width(16), state)
+    assert first.score and first.probe  # nothing measured yet
+    gate.record(step(8, 1e-3, float(model.verify_seconds(8))), first, 16)
+    assert gate.est.width_ratio == 0.5 and gate.est.scoring == pytest.approx(1.0)
+    # a wide tree: pruning half of 64 nodes saves 3.2 ms, more than the scoring
+    wide = gate.plan(tree_of_width(64), state)
+    assert wide.score and not wide.probe and wide.saving == pytest.approx(3.2e-3)
+    plans = []
+    for _ in range(4):
+        plans.append(gate.plan(tree_of_width(16), state))
+        gate.record(step(16, 1e-5, float(model.verify_seconds(16))), plans[-1], 16)
+    assert [p.score for p in plans] == [False, False, False, True] and plans[-1].probe
+    assert plans[0].saving == pytest.approx(8e-4) and plans[0].cost == pytest.approx(1e-3)
+
+
+def test_gate_learns_the_measured_costs():
+    """Scoring measured at 4x its prior and verification at 3x the model: the decisions follow."""
+    model = priced(1e-4, scoring=1e-3)
+    gate = CostGate(model, probe_every=0)
+    state = state_for(*ragged_prompts([4, 6]))
+    gate.start(state)
+    for _ in range(30):
+        gate.plan(tree_of_width(64), state)
+        gate.record(step(32, 4e-3, 3 * float(model.verify_seconds(32))), StepPlan(score=True), 64)
+    assert gate.est.scoring == pytest.approx(4.0) and gate.est.level == pytest.approx(3.0, rel=1e-3)
+    plan = gate.plan(tree_of_width(64), state)
+    assert plan.saving == pytest.approx(3 * 3.2e-3, rel=1e-3) and plan.cost == pytest.approx(4e-3) and plan.score
+    assert not gate.plan(tree_of_width(24), state).score  # 3 x 1.2 ms < 1.1 x 4 ms
+
+
+@pytest.mark.parametrize("kw, match", [({"cost_model": 1.0}, "cost_model: expected a CostModel or a Profile"),
+                                       ({"margin": -1}, "margin: expected"), ({"probe_every": 1.5}, "probe_every"),
+                                       ({"online": 1}, "online: expected a bool")])
+def test_gate_arguments(kw, match):
+    with pytest.raises(ValueError, match=match):
+        CostGate(**{"cost_model": FLAT, **kw})
+
+
+def test_filter_takes_a_cost_model_or_a_gate_not_both():
+    cal = specdec.Calibration(taus=(-1.0,), num_windows=(1,), window=1, delta=0.05, target="t", scorer="s",
+                              num_prompts=1, max_new_tokens=4)
+    scorer = make_model("llama", seed=3)
+    assert isinstance(ValuSpecFilter(scorer, cal, cost_model=FLAT).gate, CostGate)
+    with pytest.raises(ValueError, match="cost_model: pass a gate or a cost model"):
+        ValuSpecFilter(scorer, cal, cost_model=FLAT, gate=CostGate(FLAT))
+    with pytest.raises(ValueError, match="fill: expected a bool"):
+        ValuSpecFilter(scorer, cal, fill=1)
+
+
+# ---------------------------------------------------------------------------- pruning to the padded width
+def random_tree(rng: np.random.Generator, rows: int, size: int) -> TreeBatch:
+    counts = rng.integers(1, size + 1, rows)
+    parents = [[-1] + [int(rng.integers(0, i)) for i in range(1, n)] + [-1] * (size - n) for n in counts]
+    tokens = rng.integers(3, 90, (rows, size)).tolist()
+    return TreeBatch.from_parents(tokens, parents, counts.tolist())
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fill_to_width_against_brute_force(seed):
+    """Each row keeps what the rule kept plus its best cut nodes (by the worst margin on their root path,
+    ancestors first) up to the widest row's kept count; the result is closed under ancestors."""
+    rng = np.random.default_rng(seed)
+    tree = random_tree(rng, 4, 13)
+    scores = torch.tensor(rng.normal(-1.5, 1.0, (4, 13)).round(1), dtype=torch.float32)  # ties on purpose
+    taus = torch.tensor([-1.0, -1.5, -2.0])
+    keep = keep_branches(tree, scores, taus, "prefix")
+    got = fill_to_width(tree, keep, scores, taus)
+    width = int(keep.sum(1).max())
+    parents, depth = tree.parents.tolist(), tree.depth.tolist()
+    for b, n in enumerate(tree.num_nodes.tolist()):
+        margin = [float("inf") if i == 0 else float(scores[b, i] - taus[min(depth[b][i], 3) - 1]) for i in range(n)]
+        worst = []
+        for i in range(n):
+            w, j = margin[i], parents[b][i]
+            while j >= 0:
+                w, j = min(w, margin[j]), parents[b][j]
+            worst.append(float("inf") if keep[b, i] else w)
+        order = sorted(range(n), key=lambda i: (-worst[i], i))  # best first, lower index on ties
+        want = set(order[:min(width, n)])
+        assert {i for i in range(13) if got[b, i]} == want, b
+        assert all(parents[b][i] in want for i in want if i > 0), b  # closed under ancestors
+    assert torch.equal(got & keep, keep) and int(got.sum(1).max()) == width
+
+
+def test_fill_keeps_the_padded_width_and_refills_an_emptied_row():
+    # row 0: chain of 4 (its rule keeps nothing); row 1: a star of 4 children (all kept): padded width 5
+    tree = TreeBatch.from_parents([[7, 3, 4, 5, 6], [7, 8, 9, 10, 11]], [[-1, 0, 1, 2, -1], [-1, 0, 0, 0, 0]],
+                                  [4, 5])
+    scores = torch.tensor([[0.0, -1.2, -1.5, -3.0, 0.0], [0.0, -0.5, -0.5, -0.5, -0.5]])
+    keep = keep_branches(tree, scores, -1.0, "prefix")
+    assert keep.sum(1).tolist() == [1, 5]
+    assert fill_to_width(tree, keep, scores, -1.0).tolist() == [[True] * 4 + [False], [True] * 5]
+    one = TreeBatch.from_parents([[7, 3, 4, 5]], [[-1, 0, 1, 2]], [4])  # batch 1: the rule's cut stands
+    keep1 = keep_branches(one, scores[:1, :4], -1.0, "prefix")
+    assert torch.equal(fill_to_width(one, keep1, scores[:1, :4], -1.0), keep1)
+
+
+# ------------------------------------------------------------------------------ decoding with the gate
+def run(target, supplier, filt, ids, mask, n=24, eos=None):
+    gen = specdec.SpeculativeGenerator(target, supplier, filter=filt)
+    return gen.generate(ids, attention_mask=mask, max_new_tokens=n, pad_token_id=0,
+                        eos_token_id=[] if eos is None else eos)
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize("lengths", [[7], [5, 11, 8]], ids=["batch1", "ragged3"])
+def test_gate_that_never_pays_never_runs_the_scorer_and_one_that_always_pays_scores_every_step(lengths):
+    target = make_model("qwen2")
+    noisy = perturbed(target)
+    ids, mask = ragged_prompts(lengths)
+    ref = reference(target, ids, mask, 24, eos=None)
+    cal = calibrate(target, noisy, CAL_PROMPTS, max_new_tokens=16, window=4, delta=0.4)
+    stats = {}
+    for name, cost in (("never", FLAT), ("always", STEEP)):
+        scorer = BranchScorer(noisy)  # not the supplier's draft: a scorer forward per scored step
+        calls = counting(scorer)
+        supplier = specdec.DraftSupplier(perturbed(target, seed=9), mode="tree", depth=3, topk=2, total_tokens=7)
+        out = run(target, supplier, ValuSpecFilter(scorer, cal, gate=CostGate(cost, online=False)), ids, mask)
+        assert torch.equal(out.sequences, ref), name
+        f = stats[name] = out.stats.filter
+        assert f.steps == out.stats.steps
+        if name == "never":
+            assert calls[0] == 0 and f.steps_unscored == f.steps and f.nodes_kept == f.nodes
+            assert f.width_verified == f.width_proposed
+        else:
+            assert calls[0] == f.steps and f.steps_unscored == 0 and f.unscored == 0
+            assert f.width_verified < f.width_proposed and f.to_dict()["width_saved_rate"] > 0
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize("lengths", [[7], [5, 11, 8]], ids=["batch1", "ragged3"])
+@pytest.mark.parametrize("unit", ["branch", "prefix"])
+def test_identity_with_the_gate_retrieval_and_draft_tree(tmp_path, lengths, unit):
+    target = make_model("llama")
+    noisy = perturbed(target)
+    ids, mask = ragged_prompts(lengths)
+    ref = reference(target, ids, mask, 24, eos=None)
+    store = store_of_outputs(tmp_path, ids, mask, ref[:, ids.shape[1]:ids.shape[1] + 16])
+    cal = calibrate(target, noisy, CAL_PROMPTS, max_new_tokens=16, window=4, delta=0.4)
+    for supplier in (specdec.RetrievalSupplier(store, continuation=6, budget=12),
+                     specdec.DraftSupplier(noisy, mode="tree", depth=4, topk=3, total_tokens=10)):
+        filt = ValuSpecFilter(noisy, cal, unit=unit, gate=CostGate(STEEP, online=False))
+        out = run(target, supplier, filt, ids, mask)
+        assert torch.equal(out.sequences, ref), type(supplier).__name__
+        f = out.stats.filter
+        assert 0 < f.nodes_kept < f.nodes and f.steps_unscored == 0
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize("lengths", [[7], [5, 11, 8]], ids=["batch1", "ragged3"])
+def test_identity_with_the_gate_eagle(tmp_path, lengths):
+    target = eagle_target("llama")
+    head = specdec.EagleHead.from_pretrained(write_head(tmp_path / "h", *head_tensors(target, "eagle3")), target)
+    scorer = make_model("llama", seed=4)
+    ids, mask = ragged_prompts(lengths, seed=5)
+    ref = reference(target, ids, mask, 20, eos=None)
+    cal = calibrate(target, scorer, CAL_PROMPTS, max_new_tokens=16, window=4, delta=0.4)
+    for cost in (STEEP, FLAT):
+        out = run(target, specdec.EagleSupplier(head, depth=4, topk=3, total_tokens=10),
+                  ValuSpecFilter(scorer, cal, gate=CostGate(cost, online=False)), ids, mask, n=20)
+        assert torch.equal(out.sequences, ref)
+        f = out.stats.filter
+        assert (f.steps_unscored == 0) if cost is STEEP else (f.steps_unscored > 0 and f.nodes_kept == f.nodes)
+
+
+@pytest.mark.hf
+def test_identity_with_the_gate_eos_mid_batch(tmp_path):
+    target = make_model("qwen3")
+    noisy = perturbed(target)
+    ids, mask, eos, ref, store = eos_mid_batch_case(tmp_path, target)
+    cal = calibrate(target, noisy, CAL_PROMPTS, max_new_tokens=16, window=4, delta=0.4)
+    for supplier in (specdec.RetrievalSupplier(store, continuation=5, budget=16),
+                     specdec.DraftSupplier(noisy, mode="tree", depth=4, topk=3, total_tokens=10)):
+        for cost in (STEEP, FLAT):
+            filt = ValuSpecFilter(target, cal, gate=CostGate(cost, online=False))
+            out = run(target, supplier, filt, ids, mask, n=20, eos=eos)
+            assert torch.equal(out.sequences, ref), (type(supplier).__name__, cost is STEEP)
+            row0 = out.sequences[0, ids.shape[1]:].tolist()
+            assert eos in row0 and all(t == 0 for t in row0[row0.index(eos) + 1:])
+
+
+@pytest.mark.hf
+def test_generate_gates_scoring_with_a_profile_at_hand(saved, profiled, capsys, tmp_path, monkeypatch):  # noqa: F811
+    """`specdec generate --valuspec ... --profile P`: the filter's gate is a CostGate over P, asked before
+    every step with candidates; the output still equals HF generate."""
+    root = saved[0]
+    cal = specdec.Calibration(taus=(-3.0, -2.5), num_windows=(4, 3), window=2, delta=0.05, target=str(root / "target"),
+                              scorer=str(root / "draft"), num_prompts=2, max_new_tokens=12)
+    cal.save(tmp_path / "cal.json")
+    asked = []
+    plan = CostGate.plan
+    monkeypatch.setattr(CostGate, "plan", lambda self, tree, state: asked.append(tree.size) or plan(self, tree, state))
+    options = ["--method", "tree", "--draft", str(root / "draft"), "--depth", "3", "--topk", "2", "--total-tokens",
+               "6", "--valuspec", str(tmp_path / "cal.json")]
+    doc = generate_matches_hf(saved, capsys, options + ["--profile", str(profiled / "p.json")])
+    f = doc["stats"]["filter"]
+    assert len(asked) == f["steps"] > 0 and 0 <= f["steps_unscored"] <= f["steps"]
+    asked.clear()
+    generate_matches_hf(saved, capsys, options)  # no profile: no gate
+    assert asked == []
