@@ -40,7 +40,7 @@ EAGLE_METHODS = ("eagle", "eagle-chain", "eagle-smart")  # need an EAGLE head fo
 # SmartSupplier options a bench variant may set ("alpha=0.5,budget=64"; "default" sets none).
 SMART_OPTIONS = {"alpha": float, "budget": int, "benefit": str, "topk": int, "frontier": int, "max_depth": int,
                  "padding_aware": bool, "early_stop": bool, "planner": bool, "online": bool, "margin": float,
-                 "probe_every": int, "reprofile": bool,
+                 "probe_every": int, "reprofile": bool, "realise": bool,
                  "fit_batch": int}  # fit_batch=b: the cost model of batch b at every batch size (online-cost experiments)
 PLANNED_METHODS = ("smart", "retrieval-smart", "prompt-lookup-smart")  # need a cost profile of the pair
 EAGLE_SMART = "eagle-smart"  # SMART over the EAGLE head: needs a profile taken with the head

@@ -136,3 +136,34 @@ def test_ar_step_follows_the_context_and_a_cold_draft_is_not_probed():
     depths = [planner.plan(cold=True).depth for _ in range(12)]
     assert depths == [0] * 12  # a probe would pay the draft's whole prompt prefill
     assert any(planner.plan(cold=False).probe for _ in range(12))
+
+
+class RecordingDepths(FixedDepths):
+    """FixedDepths that accepts the planner's records (and learns nothing from them)."""
+
+    def record(self, facts, accepted, row_depth=None) -> None:
+        pass
+
+
+@pytest.mark.parametrize("realise", [False, True])
+def test_drafting_that_realises_less_than_planned_turns_plain(realise):
+    """Drafting steps that each take twice their planned seconds for half their planned tokens: with the
+    realised-rate correction the planner stops drafting; without it (costs and acceptance frozen) it goes on."""
+    cost = knee_cost(6, 1e-3)
+    planner = StepPlanner(MAX_DEPTH, online=False, realise=realise, probe_every=1000)
+    planner.start(cost)
+    planner.depths = RecordingDepths(0.7)
+    depths = []
+    for _ in range(40):
+        plan = planner.plan(backlog=1)
+        depths.append(plan.depth)
+        if plan.depth:
+            seconds = 2 * plan.seconds
+            step = StepRecord(8, np.array([max(plan.length / 2, 1.0)]), 0.2 * seconds, 0.0, 0.8 * seconds, 0.0)
+            planner.record(step, TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=1))
+        else:
+            planner.record(record(1, cost.ar_step), None)
+    if realise:
+        assert depths[0] > 0 and depths[-10:] == [0] * 10 and planner.state.realised < 0.9
+    else:
+        assert all(d > 0 for d in depths) and planner.state.realised == 1.0

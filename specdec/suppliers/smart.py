@@ -75,6 +75,8 @@ class SmartSupplier(Supplier):
     early_stop:    one host sync per layer: stop growing when no row grows or the next layer cannot pay.
     planner:       False: draft every step with the deepest cap (no plain steps, no probes).
     online:        refresh the costs from the loop's timers (False: the profile's costs throughout).
+    realise:       scale the predicted gain of drafting by the drafting steps' realised rate over their
+                   predicted one when choosing between drafting and plain steps (`StepPlanner._realise`).
     margin, probe_every: the planner's (`specdec.planner`).
     reprofile:     with a Profile, a batch size outside its profiled range is profiled on the pair when the
                    batch starts (once per batch size, inside that `generate` call) instead of using the
@@ -85,6 +87,7 @@ class SmartSupplier(Supplier):
                  topk: int = 8, frontier: int = 8, budget: int | None = None, max_depth: int = 12,
                  benefit: str = "expected", padding_aware: bool = True, early_stop: bool = True, planner: bool = True,
                  online: bool = True, margin: float = MARGIN, probe_every: int = 32, reprofile: bool = False,
+                 realise: bool = True,
                  backend: str = "auto"):
         if not isinstance(cost_model, (CostModel, Profile)):
             raise TypeError(f"cost_model: expected a CostModel or a Profile, got {type(cost_model).__name__}")
@@ -118,7 +121,7 @@ class SmartSupplier(Supplier):
         self.budget = min(most, measured) if budget is None else min(budget, most)
         self.requested_budget = budget
         self.planner = StepPlanner(max_depth, choices=None if planner else (max_depth,), margin=margin,
-                                   probe_every=probe_every, online=online)
+                                   probe_every=probe_every, online=online, realise=realise)
         self._models: dict[int, CostModel] = {}
         self._facts: TreeFacts | None = None
 
