@@ -166,20 +166,29 @@ class DraftRunner:
                      or None for the first layer (children of the root).
         """
         B, F = tokens.shape
-        region, slots, d, s0 = self._region, self._slots, self._layer + 1, self._used
-        if s0 + F > slots:
-            raise ValueError(f"tokens: {F} more nodes overflow the {slots} tree slots begin_tree reserved")
-        if parent_slot is None:
-            bits = torch.zeros(B, F, slots, dtype=torch.bool, device=tokens.device)
-        else:
-            bits = region.gather(1, parent_slot[:, :, None].expand(B, F, slots))
-        rows = torch.arange(F, device=tokens.device)
-        bits[:, rows, s0 + rows] = True
-        region[:, s0:s0 + F] = bits
+        d, s0 = self._layer + 1, self._used
+        bits = layer_ancestry(self._region, s0, parent_slot, F)
         self._layer, self._used = d, s0 + F
         logits = tree_forward(self.draft, self.cache, tokens, (self._root_pos + d)[:, None].expand(B, F),
                               pack_bits(bits[:, :, : s0 + F]), backend=self.backend)
         return self.vocab.logits(logits)
+
+
+def layer_ancestry(region: Tensor, s0: int, parent_slot: Tensor | None, width: int) -> Tensor:
+    """The ancestry bits of a tree layer of `width` nodes per row taking tree-region slots [s0, s0 + width):
+    each node's parent's bits (parent_slot [B, F] int64, None for the root's children) plus its own slot.
+    Written into `region` ([B, slots, slots] bool, shared by the drafter runners) and returned, [B, F, slots]."""
+    B, slots = region.shape[0], region.shape[-1]
+    if s0 + width > slots:
+        raise ValueError(f"tokens: {width} more nodes overflow the {slots} tree slots begin_tree reserved")
+    if parent_slot is None:
+        bits = torch.zeros(B, width, slots, dtype=torch.bool, device=region.device)
+    else:
+        bits = region.gather(1, parent_slot[:, :, None].expand(B, width, slots))
+    rows = torch.arange(width, device=region.device)
+    bits[:, rows, s0 + rows] = True
+    region[:, s0:s0 + width] = bits
+    return bits
 
 
 class DraftSupplier(Supplier):

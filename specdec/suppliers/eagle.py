@@ -27,7 +27,7 @@ from ..state import DecodeState
 from ..tree import TreeBatch, pack_bits
 from ..verify import Acceptance, vocab_size
 from .base import position_limit, root_only
-from .draft import DraftSupplier
+from .draft import DraftSupplier, layer_ancestry
 
 __all__ = ["EagleRunner", "EagleSupplier"]
 
@@ -180,18 +180,12 @@ class EagleRunner:
                      (its token, its parent's output).
         """
         B, F = tokens.shape
-        region, slots, d, s0 = self._region, self._slots, self._layer + 1, self._used
-        if s0 + F > slots:
-            raise ValueError(f"tokens: {F} more nodes overflow the {slots} tree slots begin_tree reserved")
+        d, s0 = self._layer + 1, self._used
+        bits = layer_ancestry(self._region, s0, parent_slot, F)
         if parent_slot is None:
-            bits = torch.zeros(B, F, slots, dtype=torch.bool, device=tokens.device)
             parent = self._root_hidden[:, None].expand(B, F, -1)
         else:
-            bits = region.gather(1, parent_slot[:, :, None].expand(B, F, slots))
             parent = self._hidden.gather(1, parent_slot[:, :, None].expand(B, F, self._hidden.shape[-1]))
-        rows = torch.arange(F, device=tokens.device)
-        bits[:, rows, s0 + rows] = True
-        region[:, s0:s0 + F] = bits
         self._layer, self._used = d, s0 + F
         if self._dense:
             kv_len = int(self.cache.host_length.max()) + s0 + F
