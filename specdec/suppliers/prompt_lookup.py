@@ -19,22 +19,20 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 from transformers import PreTrainedModel
 
-from transformers import PreTrainedModel
-
 from ..checks import as_int
 from ..cost import CostModel, check_compatible
-from ..planner import PlanStats, StepPlanner, StepRecord, TreeFacts, plan_trie
+from ..planner import StepPlanner, TreeFacts, plan_trie
 from ..profiling import Profile
 from ..state import DecodeState
 from ..tree import TreeBatch
-from ..verify import Acceptance, vocab_size
-from .base import Supplier, check_within, position_limit, root_only
-from .trie import Trie, prefix_trie
+from ..verify import vocab_size
+from .base import check_within, position_limit, root_only
+from .trie import PlannedTrieSupplier, Trie, prefix_trie
 
 __all__ = ["PromptLookupSupplier"]
 
 
-class PromptLookupSupplier(Supplier):
+class PromptLookupSupplier(PlannedTrieSupplier):
     """Prompt lookup (module docstring). cost_model: a `CostModel` or `Profile` of the target to plan the
     steps and size the tries by (None: every match, every step); alpha, benefit: SMART's rule's."""
 
@@ -80,20 +78,6 @@ class PromptLookupSupplier(Supplier):
                 source = self.cost_source
                 self._costs[B] = CostModel.fit(source, B) if isinstance(source, Profile) else source
             self.planner.start(self._costs[B])
-
-    def record_step(self, step: StepRecord) -> None:
-        if self.planner is not None:
-            self.planner.record(step, self._facts)
-
-    def commit(self, acc: Acceptance) -> None:
-        trie, self._trie = self._trie, None
-        if trie is not None:  # the target's verdict on the trie calibrates the match shares
-            parent_counts = np.take_along_axis(trie.counts, np.maximum(trie.parents, 0), 1)
-            self.planner.observe_tree(trie.tokens, trie.parents, trie.num_nodes,
-                                      trie.counts / np.maximum(parent_counts, 1), acc.host_tokens, acc.host_num_accepted)
-
-    def report(self) -> PlanStats | None:
-        return None if self.planner is None else self.planner.report()
 
     def memory_bytes(self, batch_size: int, capacity: int) -> dict[str, int]:
         return {"num_pred": batch_size * self.max_tree_size() * self._vocab * 8}  # the target's logits over the tree

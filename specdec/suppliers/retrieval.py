@@ -30,18 +30,18 @@ from transformers import PreTrainedModel
 from ..checks import as_int
 from ..cost import CostModel, check_compatible
 from ..datastore import Datastore
-from ..planner import PlanStats, StepPlanner, StepRecord, TreeFacts, plan_trie
+from ..planner import StepPlanner, TreeFacts, plan_trie
 from ..profiling import Profile
 from ..state import DecodeState
 from ..tree import TreeBatch
-from ..verify import Acceptance, vocab_size
-from .base import Supplier, check_within, position_limit, root_only
-from .trie import Trie, prefix_trie
+from ..verify import vocab_size
+from .base import check_within, position_limit, root_only
+from .trie import PlannedTrieSupplier, Trie, prefix_trie
 
 __all__ = ["RetrievalSupplier"]
 
 
-class RetrievalSupplier(Supplier):
+class RetrievalSupplier(PlannedTrieSupplier):
     """REST-style retrieval over `datastore` (a `Datastore`, built with the target's tokenizer).
 
     budget: the largest tree per row, root included (REST's 64 "choices" exclude the root; here the
@@ -98,20 +98,6 @@ class RetrievalSupplier(Supplier):
     def start(self, state: DecodeState) -> None:
         if self.planner is not None:
             self.planner.start(self._cost(state.batch_size))
-
-    def record_step(self, step: StepRecord) -> None:
-        if self.planner is not None:
-            self.planner.record(step, self._facts)
-
-    def commit(self, acc: Acceptance) -> None:
-        trie, self._trie = self._trie, None
-        if trie is not None:  # the target's verdict on the trie calibrates the match shares
-            parent_counts = np.take_along_axis(trie.counts, np.maximum(trie.parents, 0), 1)
-            self.planner.observe_tree(trie.tokens, trie.parents, trie.num_nodes,
-                                      trie.counts / np.maximum(parent_counts, 1), acc.host_tokens, acc.host_num_accepted)
-
-    def report(self) -> PlanStats | None:
-        return None if self.planner is None else self.planner.report()
 
     def propose(self, state: DecodeState) -> TreeBatch:
         self._facts, self._trie = None, None

@@ -20,7 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Trie", "prefix_trie"]
+from ..planner import PlanStats, StepPlanner, StepRecord, TreeFacts
+from ..verify import Acceptance
+from .base import Supplier
+
+__all__ = ["PlannedTrieSupplier", "Trie", "prefix_trie"]
 
 
 @dataclass(frozen=True)
@@ -173,3 +177,28 @@ def _assemble(cont: np.ndarray, rows: _Runs, keep: np.ndarray) -> Trie:
     parents[b, node] = np.where(j > 0, node_of[b, rows.head[b, i, jp], jp], 0)
     counts[:, 0] = (cont[:, :, 0] >= 0).sum(1)
     return Trie(tokens, parents, num_nodes.astype(np.int64), counts)
+
+
+class PlannedTrieSupplier(Supplier):
+    """The planner's side of a supplier whose candidates are a `Trie` of matched continuations (retrieval,
+    prompt lookup): with a `planner`, each step's timings and the target's verdict on the trie (which
+    calibrates the match shares) go to it. Subclasses set `planner` (None: unplanned), `_facts` and
+    `_trie` (the step's, or None) in `propose`."""
+
+    planner: StepPlanner | None = None
+    _facts: TreeFacts | None = None
+    _trie: Trie | None = None
+
+    def record_step(self, step: StepRecord) -> None:
+        if self.planner is not None:
+            self.planner.record(step, self._facts)
+
+    def commit(self, acc: Acceptance) -> None:
+        trie, self._trie = self._trie, None
+        if trie is not None:
+            parent_counts = np.take_along_axis(trie.counts, np.maximum(trie.parents, 0), 1)
+            self.planner.observe_tree(trie.tokens, trie.parents, trie.num_nodes,
+                                      trie.counts / np.maximum(parent_counts, 1), acc.host_tokens, acc.host_num_accepted)
+
+    def report(self) -> PlanStats | None:
+        return None if self.planner is None else self.planner.report()
