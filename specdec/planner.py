@@ -10,7 +10,8 @@ model corrected by the loop's timers), and drafts only when R(D*) beats 1 by a m
 drafting, half of it to go on: hysteresis). A longer catch-up after plain steps is paid once when drafting
 resumes: the decision amortises what it exceeds the usual one by over `RESUME_HORIZON` steps. Every
 `probe_every` steps a probe keeps the estimates fresh: while plain decoding pays, a drafting step at the
-best cap (is drafting paying again? each probe that says no doubles the interval, up to `BACKOFF` times);
+best cap (is drafting paying again? each probe that says no doubles the interval, up to `BACKOFF` times;
+a probe whose draft is cold in the call, and so pays its whole prompt prefill, waits the longest interval);
 while drafting pays, one at D* + 2 (how far deeper trees go). The first `WARMUP` drafting steps of a
 planner are probes with the deepest cap. When drafting could not pay even if every candidate were
 accepted (`_hopeless`), the draft never runs, probes included.
@@ -35,7 +36,7 @@ from .estimates import Calibration, DepthStats, OnlineCosts, tested_nodes
 __all__ = ["StepRecord", "TreeFacts", "Plan", "PlanStats", "StepPlanner", "MARGIN", "plan_trie"]
 
 MARGIN = 0.05  # a plan must beat plain decoding by 5% to start drafting (2.5% to go on)
-WARMUP = 2  # the first drafting steps of a planner are probes with the deepest cap
+WARMUP = 8  # the first drafting steps of a planner are probes with the deepest cap (its calibration learns first)
 BACKOFF = 8  # while plain decoding keeps paying, the probe interval doubles up to this many times
 WARM_AFTER = 2  # plain steps in a row before one counts for c_T (the first after drafting run cold)
 REPLAN_EVERY = 8  # while plain decoding pays, the full plan runs every 8 steps (0.1-0.4 ms saved on the others)
@@ -201,7 +202,10 @@ class StepPlanner:
         self._learn()
         state, self.context = self.state, context
         state.since_probe += 1
-        if not state.drafting and state.quiet > 0 and state.since_probe < self.probe_every:
+        # A cold draft's probe pays its whole prompt prefill: while plain decoding pays, it waits the longest
+        # interval (without any, a planner that turned plain would never draft again: every call starts cold).
+        probe_due = state.since_probe >= self.probe_every * (BACKOFF if cold else state.backoff)
+        if not state.drafting and state.quiet > 0 and not probe_due:
             state.quiet -= 1  # plain decoding pays and nothing but c_T moved: no need to weigh it again yet
             self._plan = Plan(0, 1.0, self.costs.ar(context))
             return self._plan
@@ -219,10 +223,10 @@ class StepPlanner:
         deepest = self.choices[-1]
         if not state.drafting and self._hopeless(context):
             depth, probe = 0, False  # not even every candidate accepted would pay: no probe either
+            state.since_probe = 0  # nor is one due: the next full plan comes after the quiet steps
         elif self.depths.steps < WARMUP:
             depth, probe = deepest, True
-        elif state.since_probe >= self.probe_every * state.backoff and 0 in self.choices \
-                and (state.drafting or not cold):
+        elif 0 in self.choices and (state.drafting and state.since_probe >= self.probe_every or probe_due):
             # Plain decoding pays: is a tree of the best depth paying again? (Each such probe that finds no
             # drafting worth it doubles the interval to the next.) Drafting pays: how far deeper trees go.
             state.since_probe = 0

@@ -10,7 +10,7 @@ import pytest
 
 from specdec.cost import CostModel, Curve
 from specdec.estimates import Estimates, OnlineCosts
-from specdec.planner import MARGIN, StepPlanner, StepRecord, TreeFacts
+from specdec.planner import BACKOFF, MARGIN, REPLAN_EVERY, StepPlanner, StepRecord, TreeFacts
 from test_cost import make_cost
 
 MAX_DEPTH = 7
@@ -136,6 +136,30 @@ def test_ar_step_follows_the_context_and_a_cold_draft_is_not_probed():
     depths = [planner.plan(cold=True).depth for _ in range(12)]
     assert depths == [0] * 12  # a probe would pay the draft's whole prompt prefill
     assert any(planner.plan(cold=False).probe for _ in range(12))
+    # but a planner that turned plain still probes now and then, though every call starts with a cold draft
+    probes = [planner.plan(cold=True).probe for _ in range(4 * BACKOFF)]
+    assert any(probes) and sum(probes) == 1
+
+
+@pytest.mark.parametrize("case", ["hopeless", "cold"])
+def test_plain_decoding_weighs_the_plan_only_every_few_steps(case, monkeypatch):
+    """While plain decoding pays and no probe is due (drafting hopeless; or the draft cold in this call, so
+    probes wait), a full plan runs once per REPLAN_EVERY steps: a plain step should cost what an AR step
+    costs, not the planner's host work on top of it."""
+    if case == "hopeless":  # a layer costs more than a whole AR step: no tree could ever pay
+        cost, rate = make_cost(ar_step=4e-3, loop=5e-4, layer=5e-3, catch_up=5e-3), 0.9
+    else:
+        cost, rate = knee_cost(2, 5e-3), 0.4
+    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=4 * REPLAN_EVERY)
+    planner.start(cost)
+    planner.depths = FixedDepths(rate)
+    calls = []
+    predict = planner.predict
+    monkeypatch.setattr(planner, "predict", lambda *a: calls.append(1) or predict(*a))
+    steps = 8 * REPLAN_EVERY
+    depths = [planner.plan(cold=case == "cold").depth for _ in range(steps)]
+    assert depths == [0] * steps
+    assert len(calls) == steps // REPLAN_EVERY
 
 
 class RecordingDepths(FixedDepths):
