@@ -50,7 +50,7 @@ from transformers import PreTrainedModel
 from .checks import as_int, is_int
 from .profiling import FORMAT_VERSION, Profile, check_version, device_name, model_name, read_json
 
-__all__ = ["CostModel", "Curve", "VerifyFit", "FORMS", "MAX_FIT_ERROR", "check_compatible", "plot_fits"]
+__all__ = ["CostModel", "CostsByBatch", "Curve", "VerifyFit", "FORMS", "MAX_FIT_ERROR", "check_compatible", "plot_fits"]
 
 FORMS = ("paper", "intercept")
 MAX_FIT_ERROR = 0.20
@@ -378,6 +378,30 @@ class CostModel:
     def plot(self, path: str | Path) -> Path:
         """The measured parts and the fitted verify forms, as a PNG."""
         return plot_fits([self], path)
+
+
+class CostsByBatch:
+    """The cost model of each batch size from one source, made once per size: a `Profile` is fitted there
+    (`CostModel.fit`'s batch-size rule); a `CostModel` serves every size, with one warning per size it was not
+    fitted at. Every consumer of a step cost (the planned suppliers, the ValuSpec gate) asks through one."""
+
+    def __init__(self, source: CostModel | Profile):
+        self.source = source
+        self._models: dict[int, CostModel] = {}
+
+    def __call__(self, batch_size: int) -> CostModel:
+        model = self._models.get(batch_size)
+        if model is None:
+            src = self.source
+            if isinstance(src, Profile):
+                model = CostModel.fit(src, batch_size)
+            else:
+                if src.batch_size != batch_size:
+                    warnings.warn(f"cost_model: fitted at batch size {src.batch_size}, running at {batch_size}; pass a "
+                                  "Profile so the cost follows the batch size", stacklevel=3)
+                model = src
+            self._models[batch_size] = model
+        return model
 
 
 def _number(v: object, name: str) -> float:

@@ -35,7 +35,7 @@ import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from .cost import CostModel
+from .cost import CostModel, CostsByBatch
 from .planner import StepRecord
 from .profiling import Profile
 from .state import DecodeState
@@ -117,16 +117,12 @@ class CostGate(ScoringGate):
         if not isinstance(online, bool):
             raise ValueError(f"online: expected a bool, got {online!r}")
         self.source, self.margin, self.probe_every, self.online = cost_model, float(margin), probe_every, online
-        self._models: dict[int, CostModel] = {}
+        self._models = CostsByBatch(cost_model)
         self._estimates: dict[int, _Estimates] = {}
 
     def start(self, state: DecodeState) -> None:
         b = state.batch_size
-        if b not in self._models:
-            src = self.source
-            self._models[b] = CostModel.fit(src, b) if isinstance(src, Profile) else src
-            self._estimates[b] = _Estimates()
-        self.cost, self.est = self._models[b], self._estimates[b]
+        self.cost, self.est = self._models(b), self._estimates.setdefault(b, _Estimates())
         if not self.online and self.cost.draft_layer is not None:
             self.est.scoring = 1.0  # the prior as profiled
 

@@ -11,7 +11,7 @@ import torch
 
 import specdec
 from conftest import make_model, perturbed
-from specdec.cost import MAX_FIT_ERROR, CostModel, Curve, VerifyFit, check_compatible
+from specdec.cost import MAX_FIT_ERROR, CostModel, CostsByBatch, Curve, VerifyFit, check_compatible
 from specdec.ops import smart_cost
 from specdec.profiling import BACKLOGS, FORMAT_VERSION, Profile, device_name
 
@@ -126,6 +126,20 @@ def test_curves_are_monotone_and_extend_linearly():
     curve = Curve.through([1, 2, 4, 8], [1.0, 3.0, 2.0, 5.0])
     assert curve.seconds == (1.0, 3.0, 3.0, 5.0)
     assert curve(3) == pytest.approx(3.0) and curve(12) == pytest.approx(7.0) and curve(0.5) == pytest.approx(1.0)
+
+
+def test_costs_by_batch_fits_a_profile_once_per_size_and_warns_once_for_a_fixed_model(recwarn):
+    prof = synthetic_profile(batch_sizes=(1, 4, 8), scales=(1.0, 2.0, 4.0))
+    costs = CostsByBatch(prof)
+    at4 = costs(4)
+    assert costs(4) is at4 and at4.verify_points == CostModel.fit(prof, 4).verify_points and costs(1).batch_size == 1
+    fixed = CostsByBatch(at4)
+    assert fixed(4) is at4 and not recwarn.list
+    with pytest.warns(UserWarning, match="fitted at batch size 4, running at 2"):
+        assert fixed(2) is at4
+    recwarn.clear()
+    fixed(2)  # asked again (every generate call asks): said once
+    assert not recwarn.list
 
 
 def test_batch_size_rule_interpolates_between_and_clamps_outside():

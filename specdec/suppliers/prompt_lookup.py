@@ -20,7 +20,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from transformers import PreTrainedModel
 
 from ..checks import as_int
-from ..cost import CostModel, check_compatible
+from ..cost import CostModel, CostsByBatch, check_compatible
 from ..planner import StepPlanner, TreeFacts, plan_trie
 from ..profiling import Profile
 from ..state import DecodeState
@@ -52,7 +52,7 @@ class PromptLookupSupplier(PlannedTrieSupplier):
         self.num_pred, self.max_matches = num_pred, max_matches
         self.cost_source, self.alpha, self.benefit = cost_model, float(alpha), benefit
         self.planner = None if cost_model is None else StepPlanner(num_pred, choices=(0, num_pred), host=True)
-        self._costs: dict[int, CostModel] = {}
+        self._costs = None if cost_model is None else CostsByBatch(cost_model)
         self._facts: TreeFacts | None = None
         self._trie: Trie | None = None
 
@@ -73,11 +73,7 @@ class PromptLookupSupplier(PlannedTrieSupplier):
 
     def start(self, state: DecodeState) -> None:
         if self.planner is not None:
-            B = state.batch_size
-            if B not in self._costs:
-                source = self.cost_source
-                self._costs[B] = CostModel.fit(source, B) if isinstance(source, Profile) else source
-            self.planner.start(self._costs[B])
+            self.planner.start(self._costs(state.batch_size))
 
     def memory_bytes(self, batch_size: int, capacity: int) -> dict[str, int]:
         return {"num_pred": batch_size * self.max_tree_size() * self._vocab * 8}  # the target's logits over the tree

@@ -28,7 +28,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..checks import as_int
-from ..cost import CostModel, check_compatible
+from ..cost import CostModel, CostsByBatch, check_compatible
 from ..datastore import Datastore
 from ..planner import StepPlanner, TreeFacts, plan_trie
 from ..profiling import Profile
@@ -72,7 +72,7 @@ class RetrievalSupplier(PlannedTrieSupplier):
         self.max_matches, self.continuation, self.budget = max_matches, continuation, budget
         self.cost_source, self.alpha, self.benefit = cost_model, float(alpha), benefit
         self.planner = None if cost_model is None else StepPlanner(continuation, choices=(0, continuation), host=True)
-        self._costs: dict[int, CostModel] = {}  # batch size -> cost model
+        self._costs = None if cost_model is None else CostsByBatch(cost_model)
         self._facts: TreeFacts | None = None
         self._trie: Trie | None = None
 
@@ -97,7 +97,7 @@ class RetrievalSupplier(PlannedTrieSupplier):
 
     def start(self, state: DecodeState) -> None:
         if self.planner is not None:
-            self.planner.start(self._cost(state.batch_size))
+            self.planner.start(self._costs(state.batch_size))
 
     def propose(self, state: DecodeState) -> TreeBatch:
         self._facts, self._trie = None, None
@@ -127,10 +127,3 @@ class RetrievalSupplier(PlannedTrieSupplier):
         context = np.take_along_axis(state.history, np.maximum(cols, 0), axis=1)
         keep = (cols >= state.host_start[:, None]) & ~state.finished[:, None]
         return np.where(keep, context, -1)
-
-    def _cost(self, batch_size: int) -> CostModel:
-        """The cost model at this batch size (fitted once per size from a Profile)."""
-        if batch_size not in self._costs:
-            model = self.cost_source
-            self._costs[batch_size] = CostModel.fit(model, batch_size) if isinstance(model, Profile) else model
-        return self._costs[batch_size]

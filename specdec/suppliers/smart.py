@@ -32,7 +32,6 @@ one sync at the end.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import replace
 
 import numpy as np
@@ -41,7 +40,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from ..checks import as_int
-from ..cost import CostModel, check_compatible
+from ..cost import CostModel, CostsByBatch, check_compatible
 from ..eagle import EagleHead
 from ..ops import Expansion, smart_expand
 from ..planner import MARGIN, PlanStats, StepPlanner, StepRecord, TreeFacts
@@ -122,7 +121,7 @@ class SmartSupplier(Supplier):
         self.requested_budget = budget
         self.planner = StepPlanner(max_depth, choices=None if planner else (max_depth,), margin=margin,
                                    probe_every=probe_every, online=online, realise=realise)
-        self._models: dict[int, CostModel] = {}
+        self._costs = CostsByBatch(cost_model)
         self._facts: TreeFacts | None = None
 
     def attach(self, target: PreTrainedModel) -> None:
@@ -175,16 +174,10 @@ class SmartSupplier(Supplier):
         return self.planner.report()
 
     def _cost_model(self, batch_size: int) -> CostModel:
-        if isinstance(self.source, CostModel):
-            if self.source.batch_size != batch_size:
-                warnings.warn(f"cost_model: fitted at batch size {self.source.batch_size}, running at {batch_size}; "
-                              "pass a Profile so the cost follows the batch size", stacklevel=3)
-            return self.source
-        if batch_size not in self._models:
-            if self.reprofile and not self.source.batch_sizes[0] <= batch_size <= self.source.batch_sizes[-1]:
-                self.source = self._profile_batch(batch_size)
-            self._models[batch_size] = CostModel.fit(self.source, batch_size)
-        return self._models[batch_size]
+        src = self.source
+        if self.reprofile and isinstance(src, Profile) and not src.batch_sizes[0] <= batch_size <= src.batch_sizes[-1]:
+            self.source = self._costs.source = self._profile_batch(batch_size)
+        return self._costs(batch_size)
 
     def _profile_batch(self, batch_size: int) -> Profile:
         """The profile with `batch_size` measured here and added (same context length, sizes, repeats)."""
