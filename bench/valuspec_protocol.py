@@ -6,14 +6,14 @@ For each prompt set (HumanEval; Spec-Bench, all of it or by category as ``spec_b
   3. calibrate from those outputs (`specdec.calibrate(outputs=...)`): tau_d for every branch length d up
      to 32, at --delta (default 0.01, calibrate's), at the paper's 0.05 for its configuration, and at
      every delta a configuration names (NAME@DELTA); the paper's single tau of a supplier is tau at its
-     branch length (the window rule: the retrieval continuation 10, the static tree's depth, SMART's max
-     depth 12);
+     branch length (the window rule: the retrieval continuation 10, the static tree's and the EAGLE
+     tree's depth, SMART's max depth 12);
   4. datastore = the standard library store + the target's responses on the calibration split
      (a copy of the cached stdlib store, then `Datastore.extend`);
   5. on the evaluation prompts, at each batch size, one run per method, ratios from this one process:
-     AR; each supplier (retrieval, draft tree, SMART) alone and through ValuSpec in each configuration of
-     `--configs`: paper (whole branches, single tau), branch (whole branches, tau by length), prefix-single
-     (prefix unit, single tau), prefix (prefix unit, tau by length); retrieval + fixed thresholds
+     AR; each supplier (retrieval, draft tree, SMART, the EAGLE head's tree) alone and through ValuSpec
+     in each configuration of `--configs`: paper (whole branches, single tau), branch (whole branches,
+     tau by length), prefix-single (prefix unit, single tau), prefix (prefix unit, tau by length); retrieval + fixed thresholds
      (`fixed`) and retrieval + ValuSpec calibrated on every other set (`transfer`, cross-dataset); with
      `--gate` every ValuSpec configuration also with the cost gate (`specdec.gate.CostGate` over SMART's
      profile of the pair, measured in the same run), labelled +gate. Then,
@@ -51,7 +51,7 @@ from tqdm import tqdm
 
 from specdec import harness
 from specdec.calibration import DEFAULT_DELTA, DEFAULT_WINDOW, Calibration, calibrate
-from specdec.evaluation import AUTO_PROFILE
+from specdec.evaluation import AUTO_PROFILE, load_eagle
 from specdec.datastore import Datastore, stdlib_datastore
 from specdec.models import DTYPES, load_model, load_tokenizer
 from specdec.profiling import cached_profile
@@ -78,7 +78,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--depth", type=int, default=4)
     p.add_argument("--topk", type=int, default=2)
     p.add_argument("--total-tokens", type=int, default=10)
-    p.add_argument("--no-draft-methods", action="store_true", help="skip the tree and SMART runs")
+    p.add_argument("--no-draft-methods", action="store_true", help="skip the tree, SMART and EAGLE runs")
+    p.add_argument("--eagle", default=None, help="EAGLE head of the eagle runs (default: the embedded head with "
+                   "demo-target, none with other targets; 'none': no eagle runs)")
+    p.add_argument("--eagle-shape", default="6:4:16", help="the EAGLE tree: depth:topk:total_tokens")
     p.add_argument("--configs", nargs="+", default=list(CONFIGS) + ["fixed", "transfer"],
                    help=f"filter configurations to run: {', '.join(CONFIGS)} (each also as NAME@DELTA, calibrated "
                    "at that delta instead of --delta), fixed, transfer")
@@ -106,6 +109,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.num_prompts, args.max_new_tokens, args.batch_sizes = 5, 12, [1, 2]
         args.stdlib_files, args.thresholds, args.budget = 100, [0.5], 16
         args.audit_batch_sizes = [1]
+    try:
+        args.eagle_shape = tuple(int(x) for x in args.eagle_shape.split(":"))
+        if len(args.eagle_shape) != 3 or min(args.eagle_shape) < 1:
+            raise ValueError
+    except ValueError:
+        p.error(f"--eagle-shape: expected depth:topk:total_tokens (positive ints), got {args.eagle_shape!r}")
     args.out = args.out or Path("bench/results") / f"{time.strftime('%Y-%m-%d')}-valuspec"
     return args
 
@@ -187,8 +196,9 @@ def filters(args, scorer, calibrations: dict[float, Calibration], length: int, c
     return out
 
 
-def runs_for(args, name: str, sets: dict, draft, scorer, cost) -> list[tuple[str, str, object, object]]:
-    """(label, calibrated_on, supplier factory, filter factory) of one prompt set's runs."""
+def runs_for(args, name: str, sets: dict, draft, scorer, cost, head=None) -> list[tuple[str, str, object, object]]:
+    """(label, calibrated_on, supplier factory, filter factory) of one prompt set's runs; head: the EAGLE
+    head of the eagle runs (None: none)."""
     own = sets[name]["calibrations"]
     store = sets[name]["store"]
     retr = lambda: harness.make_supplier("retrieval", None, datastore=store, budget=args.budget)  # noqa: E731
@@ -197,6 +207,9 @@ def runs_for(args, name: str, sets: dict, draft, scorer, cost) -> list[tuple[str
         suppliers += [("tree", lambda: harness.make_supplier("tree", draft, depth=args.depth, topk=args.topk,
                                                              total_tokens=args.total_tokens), args.depth),
                       ("smart", lambda: harness.make_supplier("smart", draft, cost=cost), AUTO_SMART_DEPTH)]
+    if head is not None:  # its branches are at most the tree's depth long
+        suppliers.append(("eagle", lambda: harness.make_supplier("eagle", None, eagle=head, eagle_shape=args.eagle_shape),
+                          args.eagle_shape[0]))
     runs = [("ar", "", lambda: harness.make_supplier("ar", None), None)]
     for label, supplier, length in suppliers:
         runs.append((label, "", supplier, None))
@@ -210,10 +223,10 @@ def runs_for(args, name: str, sets: dict, draft, scorer, cost) -> list[tuple[str
     return runs
 
 
-def measure(args, name: str, sets: dict, target, tokenizer, draft, scorer, cost) -> list[dict]:
+def measure(args, name: str, sets: dict, target, tokenizer, draft, scorer, cost, head=None) -> list[dict]:
     """Every run of one set at every batch size (timed), then the filtered runs' audits at batch 1."""
     rows = []
-    runs = runs_for(args, name, sets, draft, scorer, cost)
+    runs = runs_for(args, name, sets, draft, scorer, cost, head)
     prompts = sets[name]["eval"]
     common = dict(pad_token_id=tokenizer.pad_token_id, prompt_set=name)
     for bs in args.batch_sizes:
@@ -278,11 +291,13 @@ def main(argv: list[str] | None = None) -> int:
     # SMART's profile of the pair; with --gate also without the draft methods (the scorer is the draft model)
     cost = (cached_profile(target, draft or scorer, batch_sizes=tuple(args.batch_sizes), **AUTO_PROFILE)
             if draft is not None or args.gate else None)
+    head = None if draft is None or args.eagle == "none" else load_eagle(args.eagle, target, args.target)
     with torch.inference_mode():
         sets = {name: prepare(args, name, tokenizer, target, scorer) for name in args.prompt_sets}
         rows = [row for name in args.prompt_sets
-                for row in measure(args, name, sets, target, tokenizer, draft, scorer, cost)]
+                for row in measure(args, name, sets, target, tokenizer, draft, scorer, cost, head)]
     env = {**harness.environment(), "target": args.target, "draft": None if draft is None else args.draft,
+           "eagle": None if head is None else (args.eagle or "demo-eagle"),
            "scorer": args.scorer or args.draft, "settings": {k: str(v) if isinstance(v, Path) else v
                                                             for k, v in vars(args).items()},
            "calibrations": {name: {d: asdict(c) for d, c in s["calibrations"].items()} for name, s in sets.items()},
