@@ -220,7 +220,10 @@ class BranchScorer:
         if T == 1 and self.reusing:  # a plain step of the draft's supplier: nothing to score (no scorer cache)
             return torch.zeros(B, 1, dtype=torch.float32, device=tree.device)
         parents = tree._parents.clamp(min=0)  # padding nodes point at the root; their values are ignored
-        if self.reusing and tree.logp is not None:
+        if self.reusing:
+            if tree.logp is None:  # the scorer's own cache was never filled (start skips it): refuse, not misread
+                raise ValueError("tree: carries no draft log-probs, and this scorer reuses them instead of "
+                                 "running its own forward; construct it with reuse_draft_logp=False")
             logp = tree.logp - tree.logp.gather(1, parents)  # path log-probs -> per-token
             return torch.where(tree.valid & (tree._parents >= 0), logp, 0.0)
         hidden = self.runner.forward_tree(tree)  # [B, T, d]

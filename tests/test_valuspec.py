@@ -175,6 +175,9 @@ def test_draft_logp_reuse_equals_a_scorer_forward():
     assert reuse.reusing and not forward.reusing
     assert torch.allclose(reuse.scores(tree), forward.scores(tree), atol=1e-4)
     assert not BranchScorer(target).reusing  # a scorer that is not the supplier's draft never reuses
+    bare = replace(tree, logp=None)  # the same tree without the draft's log-probs
+    with pytest.raises(ValueError, match="reuse_draft_logp=False"):  # its cache was never filled: no forward on it
+        reuse.scores(bare)
 
 
 def test_threshold_is_the_lower_delta_quantile():
