@@ -193,7 +193,8 @@ class MethodResult:
     filter: dict | None = None  # the filter's FilterStats.to_dict() (ValuSpec runs)
     filter_share: float | None = None  # the filter stage's share of step time (ValuSpec: the scorer's)
     repeats: int = 1  # timed runs per batch; the fastest counts
-    stage_seconds: dict[str, float] | None = None  # time per loop stage (Stats.stage_seconds) of the first run
+    round_seconds: list[float] | None = None  # per round of an interleaved run: its seconds over every batch
+    speedup_by_round: list[float] | None = None  # per round: tokens/s over AR's in the same round (paired)
 
     def identity_note(self) -> str:
         """"yes", or how many rows differ and where (in low precision a logit tie can flip a token)."""
@@ -205,7 +206,7 @@ class MethodResult:
         out = asdict(self)
         out["accepted_histogram"] = json.dumps(self.accepted_histogram)
         out["first_difference_at"] = json.dumps(self.first_difference_at)
-        for name in ("filter", "plan", "stage_seconds"):
+        for name in ("filter", "plan", "stage_seconds", "round_seconds", "speedup_by_round"):
             out[name] = json.dumps(getattr(self, name))
         return out
 
@@ -263,6 +264,7 @@ def run_interleaved(target: PreTrainedModel, runs: list[Run], prompts: list[list
     loops = [SpeculativeGenerator(target, r.supplier, r.filter) for r in runs]
     batches = _batches(prompts, batch_size, pad_token_id, target.device)
     best: list[list[tuple[float, Stats] | None]] = [[None] * len(batches) for _ in runs]
+    rounds = [[0.0] * repeats for _ in runs]  # [run][round]: seconds over every batch
     outputs: list[list[list[int]]] = [[] for _ in runs]
     with torch.inference_mode():
         for round_ in range(repeats):
@@ -275,12 +277,17 @@ def run_interleaved(target: PreTrainedModel, runs: list[Run], prompts: list[list
                                         pad_token_id=pad_token_id, temperature=sampling.temperature,
                                         top_k=sampling.top_k, top_p=sampling.top_p, generator=rng)
                     seconds = time.perf_counter() - t0  # generate ends with a host sync: the work is done
+                    rounds[r][round_] += seconds
                     if best[r][j] is None or seconds < best[r][j][0]:
                         best[r][j] = (seconds, out.stats)
                     if round_ == 0:
                         outputs[r] += out.sequences[:, ids.shape[1]:].tolist()
-    return [(_summary(run.method, prompt_set, batch_size, len(prompts), best[r], repeats), outputs[r])
-            for r, run in enumerate(runs)]
+    results = []
+    for r, run in enumerate(runs):
+        result = _summary(run.method, prompt_set, batch_size, len(prompts), best[r], repeats)
+        result.round_seconds = [round(t, 6) for t in rounds[r]]
+        results.append((result, outputs[r]))
+    return results
 
 
 def _summary(method: str, prompt_set: str, batch_size: int, prompts: int, best: list[tuple[float, Stats]],
@@ -322,6 +329,11 @@ def compare_to_ar(results: list[MethodResult], outputs: dict[tuple, list[list[in
         key = (r.prompt_set, r.batch_size)
         ar = next(x for x in results if x.method == "ar" and (x.prompt_set, x.batch_size) == key)
         r.speedup_vs_ar = r.tokens_per_second / ar.tokens_per_second if ar.tokens_per_second else None
+        if r.round_seconds and ar.round_seconds and len(r.round_seconds) == len(ar.round_seconds) and r.new_tokens:
+            # paired: each round's ratio against AR's in the same round, so a drift of the machine's speed
+            # between rounds cancels (best-of alone picks each method's luckiest round)
+            r.speedup_by_round = [round((r.new_tokens / t) / (ar.new_tokens / a), 4)
+                                  for t, a in zip(r.round_seconds, ar.round_seconds)]
         if not identity:
             continue
         ours, ar_out = outputs[(r.method,) + key], outputs[("ar",) + key]

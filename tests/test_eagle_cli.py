@@ -78,6 +78,8 @@ def test_bench_shapes_chains_valuspec_interleaved(saved, tmp_path):
     assert labels == {(m, b) for m in ("ar", "eagle-3x2x5", "eagle-4x2x7", "eagle-chain", "eagle-3x2x5+valuspec")
                       for b in (1, 2)}
     assert all(r["identical_to_ar"] and r["repeats"] == 2 for r in doc["results"])
+    rounds = {(r["method"], r["batch_size"]): json.loads(r["speedup_by_round"]) for r in doc["results"]}
+    assert all(len(v) == 2 and min(v) > 0 for v in rounds.values()) and rounds[("ar", 1)] == [1.0, 1.0]
     assert all(r["mean_tree_size"] <= 7 for r in doc["results"] if r["method"].startswith("eagle"))
     env = doc["environment"]
     assert env["eagle"]["runs"]["eagle-4x2x7"] == [4, 2, 7]
