@@ -215,6 +215,7 @@ class OnlineCosts:
     def __init__(self, model: CostModel, online: bool = True):
         self.model, self.online = model, online
         self.ar_step = model.ar_step
+        self.ar_seen = 0  # plain steps in their steady state that updated c_T
         self.verify_level, self.verify_ratio, self.verify_seen = 1.0, np.ones(10), np.zeros(10)
         self.query, self.rest = 0.0, model.loop
         # The draft's part of a step, propose ~ a * catch_up(m) + b * sum of layer(w): decayed normal equations
@@ -288,7 +289,11 @@ class OnlineCosts:
         cold after the draft's forwards), while c_T stands for plain decoding in its steady state, as an AR
         baseline runs."""
         if warm:  # the one-node verification is priced by c_T: no correction table to refresh
-            self.ar_step = self._ema(self.ar_step, step.seconds / self.model.context_factor(context))
+            # the first measurements weigh as a running mean with the profile's value (c_T measured while
+            # drafting every step comes from a few plain steps now and then: an EMA alone took dozens)
+            weight = max(COST_WEIGHT, 1 / (self.ar_seen + 2))
+            self.ar_step = self._ema(self.ar_step, step.seconds / self.model.context_factor(context), weight)
+            self.ar_seen += 1
 
     def observe_draft(self, step: StepRecord, facts: TreeFacts, context: float | None, host: bool) -> None:
         if host:
@@ -328,11 +333,11 @@ class OnlineCosts:
         self.verify_seen[b] = min(self.verify_seen[b] + 1, 1 / COST_WEIGHT)
         self._refresh()
 
-    def _ema(self, old: float, new: float) -> float:
+    def _ema(self, old: float, new: float, weight: float = COST_WEIGHT) -> float:
         if not self.online:
             return old
         old = max(old, 1e-6)  # a part the profile measured as nothing (the loop next to a forward) still ticks
         new = min(max(new, old / CLIP), old * CLIP)
-        return math.exp((1 - COST_WEIGHT) * math.log(old) + COST_WEIGHT * math.log(new))
+        return math.exp((1 - weight) * math.log(old) + weight * math.log(new))
 
 

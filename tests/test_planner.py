@@ -10,7 +10,8 @@ import pytest
 
 from specdec.cost import CostModel, Curve
 from specdec.estimates import Estimates, OnlineCosts
-from specdec.planner import BACKOFF, MARGIN, REPLAN_EVERY, StepPlanner, StepRecord, TreeFacts
+from specdec.planner import (BACKOFF, C_T_EVERY, MARGIN, REPLAN_EVERY, WARM_AFTER, WARMUP, StepPlanner, StepRecord,
+                             TreeFacts)
 from test_cost import make_cost
 
 MAX_DEPTH = 7
@@ -169,6 +170,30 @@ class RecordingDepths(FixedDepths):
         pass
 
 
+def test_a_planner_that_always_drafts_re_measures_c_t_with_a_few_plain_steps():
+    """Drafting every step measures no plain step: after WARMUP drafting steps, then every C_T_EVERY, the
+    planner takes WARM_AFTER + 1 plain steps, and c_T follows the last one (the first ones run cold)."""
+    cost = knee_cost(6, 1e-3)
+    planner = StepPlanner(MAX_DEPTH, probe_every=1000)
+    planner.start(cost)
+    planner.depths = RecordingDepths(0.9)  # drafting pays by far
+    depths = []
+    for _ in range(WARMUP + 1 + C_T_EVERY + 2 * (WARM_AFTER + 1)):
+        plan = planner.plan(backlog=1)
+        depths.append(plan.depth)
+        if plan.depth:
+            step = StepRecord(8, np.array([plan.length]), 0.2 * plan.seconds, 0.0, 0.8 * plan.seconds, 0.0)
+            planner.record(step, TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=1))
+        else:  # plain steps take half the profiled c_T
+            assert plan.probe
+            planner.record(record(1, cost.ar_step / 2), None)
+    plain = [i for i, d in enumerate(depths) if d == 0]
+    first = WARMUP
+    assert plain == list(range(first, first + WARM_AFTER + 1)) + \
+        list(range(first + WARM_AFTER + 1 + C_T_EVERY, first + 2 * (WARM_AFTER + 1) + C_T_EVERY))
+    assert planner.costs.ar_seen == 2 and planner.costs.ar(None) < 0.95 * cost.ar_step
+
+
 @pytest.mark.parametrize("realise", [False, True])
 def test_drafting_that_realises_less_than_planned_turns_plain(realise):
     """Drafting steps that each take twice their planned seconds for half their planned tokens: with the
@@ -177,9 +202,13 @@ def test_drafting_that_realises_less_than_planned_turns_plain(realise):
     planner = StepPlanner(MAX_DEPTH, online=False, realise=realise, probe_every=1000)
     planner.start(cost)
     planner.depths = RecordingDepths(0.7)
-    depths = []
+    depths, c_t = [], 0
     for _ in range(40):
         plan = planner.plan(backlog=1)
+        if plan.depth == 0 and plan.probe:  # re-measuring c_T (its own test below): not a decision
+            c_t += 1
+            planner.record(record(1, cost.ar_step), None)
+            continue
         depths.append(plan.depth)
         if plan.depth:
             seconds = 2 * plan.seconds
@@ -190,4 +219,4 @@ def test_drafting_that_realises_less_than_planned_turns_plain(realise):
     if realise:
         assert depths[0] > 0 and depths[-10:] == [0] * 10 and planner.state.realised < 0.9
     else:
-        assert all(d > 0 for d in depths) and planner.state.realised == 1.0
+        assert all(d > 0 for d in depths) and planner.state.realised == 1.0 and c_t > 0
