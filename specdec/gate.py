@@ -116,13 +116,13 @@ class CostGate(ScoringGate):
             raise ValueError(f"probe_every: expected an int >= 0 (0: no probes), got {probe_every!r}")
         if not isinstance(online, bool):
             raise ValueError(f"online: expected a bool, got {online!r}")
-        self.source, self.margin, self.probe_every, self.online = cost_model, float(margin), probe_every, online
-        self._models = CostsByBatch(cost_model)
+        self.margin, self.probe_every, self.online = float(margin), probe_every, online
+        self._costs = CostsByBatch(cost_model)
         self._estimates: dict[int, _Estimates] = {}
 
     def start(self, state: DecodeState) -> None:
         b = state.batch_size
-        self.cost, self.est = self._models(b), self._estimates.setdefault(b, _Estimates())
+        self.cost, self.est = self._costs(b), self._estimates.setdefault(b, _Estimates())
         if not self.online and self.cost.draft_layer is not None:
             self.est.scoring = 1.0  # the prior as profiled
 

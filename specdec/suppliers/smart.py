@@ -108,7 +108,6 @@ class SmartSupplier(Supplier):
             raise ValueError(f"topk: {topk} exceeds the draft's vocabulary of {vocab}")
         self.runner = EagleRunner(head, backend) if head is not None else DraftRunner(draft, backend)
         self.draft, self._draft_model = draft, None if head is not None else draft
-        self.source = cost_model
         self.alpha, self.topk, self.frontier, self.max_depth = float(alpha), topk, frontier, max_depth
         self.benefit, self.padding_aware, self.early_stop = benefit, padding_aware, early_stop
         self.reprofile, self.backend = reprofile, backend
@@ -121,8 +120,13 @@ class SmartSupplier(Supplier):
         self.requested_budget = budget
         self.planner = StepPlanner(max_depth, choices=None if planner else (max_depth,), margin=margin,
                                    probe_every=probe_every, online=online, realise=realise)
-        self._costs = CostsByBatch(cost_model)
+        self._costs = CostsByBatch(cost_model)  # its source is `source`: the cost model or the profile
         self._facts: TreeFacts | None = None
+
+    @property
+    def source(self) -> CostModel | Profile:
+        """The cost model, or the profile (with any batch size `reprofile` measured added)."""
+        return self._costs.source
 
     def attach(self, target: PreTrainedModel) -> None:
         """Checks that need the target (bounds: see `DraftSupplier.attach`); without an explicit budget the
@@ -176,7 +180,7 @@ class SmartSupplier(Supplier):
     def _cost_model(self, batch_size: int) -> CostModel:
         src = self.source
         if self.reprofile and isinstance(src, Profile) and not src.batch_sizes[0] <= batch_size <= src.batch_sizes[-1]:
-            self.source = self._costs.source = self._profile_batch(batch_size)
+            self._costs.source = self._profile_batch(batch_size)
         return self._costs(batch_size)
 
     def _profile_batch(self, batch_size: int) -> Profile:
