@@ -5,11 +5,13 @@ argument checks."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 import specdec
-from conftest import ragged_prompts
+from conftest import make_model, perturbed, ragged_prompts
 from specdec.profiling import BACKLOGS
 from test_eagle import eagle_target, head_tensors, write_head
 from test_generate import reference
@@ -78,3 +80,32 @@ def test_argument_errors(tmp_path):
     other = eagle_target("llama", seed=1)
     with pytest.raises(ValueError, match="head: built for another target"):
         specdec.SpeculativeGenerator(other, specdec.SmartSupplier(head, fixed_cost(**MODERATE)))
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize("drafter", ["head", "draft"])
+def test_the_planner_knows_when_a_probe_would_read_the_whole_prompt(tmp_path, drafter):
+    """Until the drafter first runs in a call, its catch-up reads the call's whole prompt (a head's prompt
+    pairs, a draft's prefill): the planner is told `cold` (such probes wait longest) until then, in every call."""
+    if drafter == "head":
+        target = eagle_target("llama")
+        model = random_head(tmp_path, target)
+    else:
+        target = make_model("llama")
+        model = perturbed(target)
+    ids, mask = ragged_prompts([6, 9], seed=1)
+    sup = specdec.SmartSupplier(model, fixed_cost(**MODERATE, batch_size=2), topk=2, frontier=2, max_depth=3,
+                                online=False)
+    planner, real, seen = sup.planner, sup.planner.plan, []
+
+    def plan(backlog=1, context=None, cold=False):
+        seen.append(cold)
+        planner._plan = replace(real(backlog, context, cold), depth=next(schedule))
+        return planner._plan
+
+    planner.plan = plan
+    for _ in range(2):
+        schedule = iter([0, 0, 2, 0, 2, 0, 0, 0])
+        generate(target, sup, ids, mask, 8, [])
+        assert seen[:3] == [True, True, True] and not any(seen[3:]), seen
+        seen.clear()

@@ -80,6 +80,11 @@ class DraftRunner:
         self.backlog = np.zeros(0, dtype=np.int64)
         self._pending = np.zeros((0, 0), dtype=np.int64)  # [B, room]: row b's backlog is [:backlog[b]]
 
+    @property
+    def cold(self) -> bool:
+        """The draft has not prefilled this call's prompts yet (its next catch-up does)."""
+        return self.pending_prefill > 0
+
     def attach(self, target: PreTrainedModel) -> None:
         self.vocab = SharedVocab.between(self.draft, target)
         if self.draft.device != target.device:

@@ -49,6 +49,12 @@ class EagleRunner:
         # No separate prompt prefill (the prompt's pairs join the backlog with the first verification's
         # features), so nothing beyond the backlog for a planner to price; `DraftRunner` has one.
         self.pending_prefill = 0
+        self._read_prompt = False
+
+    @property
+    def cold(self) -> bool:
+        """The head has not read this call's prompt yet: its next catch-up forwards the whole prompt."""
+        return not self._read_prompt
 
     @property
     def feature_layers(self) -> tuple[int, ...]:
@@ -87,6 +93,7 @@ class EagleRunner:
         self._sharpen = 1.0 / tau if state.sampling.greedy and tau != 1.0 else None  # ranks only: argmax unchanged
         self._chunks: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []  # (tokens, features, first, count)
         self.backlog = np.zeros(B, dtype=np.int64)
+        self._read_prompt = False
         self._prompt = (state.input_ids[:, 1:], state.start, state.host_start)  # tokens the prompt features predicted
 
     def commit(self, acc: Acceptance) -> None:
@@ -120,6 +127,7 @@ class EagleRunner:
         self._root_pos = cache.positions() - 1  # the root's pair is the newest committed one
         self._chunks = []
         self.backlog = np.zeros_like(self.backlog)
+        self._read_prompt = True
         return self._logits(self._root_hidden)
 
     def _logits(self, hidden: Tensor) -> Tensor:

@@ -201,8 +201,9 @@ class SmartSupplier(Supplier):
         if not self.runner.backlog.all():  # an EAGLE head before the first verification: no features yet
             self._facts, self._tree = None, None
             return root_only(state.root)
-        # The first drafting step of a call also prefills the draft's prompts: priced as part of its catch-up.
-        cold = self.runner.pending_prefill > 0
+        # The first drafting step of a call also reads the prompts (the draft's prefill, priced as part of
+        # its catch-up; an EAGLE head's prompt pairs are in its backlog already): a probe then costs most.
+        cold = self.runner.cold
         backlog = int(self.runner.backlog.max()) + self.runner.pending_prefill
         context = float((state.history_len - state.host_start).max())
         plan = self.planner.plan(backlog, context, cold)
