@@ -66,7 +66,8 @@ class SmartSupplier(Supplier):
     cost_model:    a `CostModel` (used as is) or a `Profile` (the model for each batch size is fitted from
                    it when a batch starts, by `CostModel.fit`'s batch-size rule).
     alpha:         > 0, aggressiveness on top of the learned calibration alpha_hat (paper: 0.8).
-    topk:          children considered per frontier node; frontier: most nodes forwarded per layer and row.
+    topk:          children considered per frontier node; frontier: most nodes forwarded per layer and row
+                   (2 and 2: narrow, deep trees; README, "SMART", says what was measured against 8 and 8).
     budget:        most nodes per tree, root included; None: the marginal rule alone decides, capped by
                    the most a tree can hold (1 + topk + (max_depth - 1) * frontier * topk).
     benefit:       "paper" (P(u) / |paths|, the current leaves) or "expected" (P(u)).
@@ -83,7 +84,7 @@ class SmartSupplier(Supplier):
     """
 
     def __init__(self, draft: PreTrainedModel | EagleHead, cost_model: CostModel | Profile, *, alpha: float = 0.8,
-                 topk: int = 8, frontier: int = 8, budget: int | None = None, max_depth: int = 12,
+                 topk: int = 2, frontier: int = 2, budget: int | None = None, max_depth: int = 12,
                  benefit: str = "expected", padding_aware: bool = True, early_stop: bool = True, planner: bool = True,
                  online: bool = True, margin: float = MARGIN, probe_every: int = 32, reprofile: bool = False,
                  realise: bool = True,
