@@ -10,7 +10,9 @@ For each prompt set (HumanEval; Spec-Bench, all of it or by category as ``spec_b
      tree's depth, SMART's max depth 12);
   4. datastore = the standard library store + the target's responses on the calibration split
      (a copy of the cached stdlib store, then `Datastore.extend`);
-  5. on the evaluation prompts, at each batch size, one run per method, ratios from this one process:
+  5. on the evaluation prompts, at each batch size, one run per method, all of them interleaved (each
+     round decodes every batch with every run in turn; best of --repeats per batch), ratios from this
+     one process:
      AR; each supplier (retrieval, draft tree, SMART, the EAGLE head's tree) alone and through ValuSpec
      in each configuration of `--configs`: paper (whole branches, single tau), branch (whole branches,
      tau by length), prefix-single (prefix unit, single tau), prefix (prefix unit, tau by length); retrieval + fixed thresholds
@@ -70,7 +72,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--calibration-share", type=float, default=0.7)
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8])
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--repeats", type=int, default=1, help="timed runs per batch, the fastest counts (best of N)")
+    p.add_argument("--repeats", type=int, default=1, help="rounds of the interleaved runs; per batch the fastest "
+                   "round counts (best of N)")
     p.add_argument("--delta", type=float, default=DEFAULT_DELTA, help="calibration delta of the configurations "
                    f"without @DELTA (default {DEFAULT_DELTA}), except paper: {PAPER_DELTA}")
     p.add_argument("--thresholds", type=float, nargs="+", default=[0.3, 0.5, 0.8], help="fixed-threshold baseline")
@@ -224,21 +227,27 @@ def runs_for(args, name: str, sets: dict, draft, scorer, cost, head=None) -> lis
 
 
 def measure(args, name: str, sets: dict, target, tokenizer, draft, scorer, cost, head=None) -> list[dict]:
-    """Every run of one set at every batch size (timed), then the filtered runs' audits at batch 1."""
+    """Every run of one set at every batch size, timed interleaved (each round generates every batch with
+    every run in turn, so a drift of the machine's speed reaches all runs alike), then the filtered runs'
+    audits at batch 1."""
     rows = []
     runs = runs_for(args, name, sets, draft, scorer, cost, head)
     prompts = sets[name]["eval"]
     common = dict(pad_token_id=tokenizer.pad_token_id, prompt_set=name)
     for bs in args.batch_sizes:
+        cell = []  # (calibrated_on, Run): one supplier and filter per run, warmed up, then measured together
+        for label, cal_on, supplier, filt in tqdm(runs, desc=f"{name}, batch {bs}, warm-up", file=sys.stderr):
+            run = harness.Run(label, supplier(), filt() if filt else None)
+            harness.run_method(target, run.supplier, prompts[:bs], batch_size=bs, max_new_tokens=4, eos_token_id=None,
+                               method=label, filter=run.filter, **common)
+            cell.append((cal_on, run))
+        measured = harness.run_interleaved(target, [run for _, run in cell], prompts, batch_size=bs,
+                                           max_new_tokens=args.max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+                                           repeats=args.repeats, **common)
         results, outputs = [], {}
-        for label, cal_on, supplier, filt in tqdm(runs, desc=f"{name}, batch {bs}", file=sys.stderr):
-            harness.run_method(target, supplier(), prompts[:bs], batch_size=bs, max_new_tokens=4, eos_token_id=None,
-                               method=label, filter=filt() if filt else None, **common)  # warm-up
-            result, out = harness.run_method(target, supplier(), prompts, batch_size=bs, method=label,
-                                             max_new_tokens=args.max_new_tokens, eos_token_id=tokenizer.eos_token_id,
-                                             filter=filt() if filt else None, repeats=args.repeats, **common)
+        for (cal_on, run), (result, out) in zip(cell, measured):
             results.append(result)
-            outputs[(label, name, bs)] = out
+            outputs[(run.method, name, bs)] = out
             rows.append({"calibrated_on": cal_on, "audit": False, "result": result})
         harness.compare_to_ar(results, outputs)
     for bs in args.audit_batch_sizes:
