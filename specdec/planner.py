@@ -45,6 +45,7 @@ REALISED_WEIGHT = 0.1  # weight of one drafting step in the realised-rate correc
 SPREAD_WEIGHT = 0.25  # weight of one call in the batch-spread correction, after the first few (a running mean)
 SPREAD_MIN_STEPS = 4  # drafting steps a call needs before its spread counts
 C_T_EVERY = 64  # drafting steps in a row before a few plain ones re-measure c_T (the first after WARMUP)
+COLD_PROBE = 4  # a cold draft's probe waits the longest interval only if its catch-up costs more AR steps than this
 
 
 @dataclass(frozen=True)
@@ -246,7 +247,11 @@ class StepPlanner:
             return self._plan
         state.since_probe += 1
         # A cold draft's probe pays its whole prompt prefill: while plain decoding pays, it waits the longest
-        # interval (without any, a planner that turned plain would never draft again: every call starts cold).
+        # interval (without any, a planner that turned plain would never draft again: every call starts cold),
+        # when that costs more than a few plain steps. A cheap one (the EAGLE head over a batch-1 prompt: one
+        # layer) keeps the usual interval: waiting longest there kept a planner that had turned plain on an
+        # unlucky stretch from probing again in the next calls, at 1.08x AR where the head's trees ran 1.5x.
+        cold = cold and self.costs.catch_up(backlog) > COLD_PROBE * self.costs.ar(context)
         probe_due = state.since_probe >= self.probe_every * (BACKOFF if cold else state.backoff)
         if not state.drafting and state.quiet > 0 and not probe_due:
             state.quiet -= 1  # plain decoding pays and nothing but c_T moved: no need to weigh it again yet

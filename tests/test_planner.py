@@ -41,6 +41,11 @@ def knee_cost(knee: int, jump: float) -> CostModel:
     return replace(base, use_fit=False, verify_points=Curve.through(x, seconds))
 
 
+def costly_prompt(cost: CostModel) -> CostModel:
+    """`cost` with a catch-up that grows 0.5 ms a token: over a 64-token prompt it costs about 8 AR steps."""
+    return replace(cost, catch_up=Curve((1.0, 64.0), (4e-4, 4e-4 + 63 * 5e-4)))
+
+
 def brute_force(cost: CostModel, depths: FixedDepths) -> tuple[int, float]:
     """argmax over D of L(D) c_T / C(D), each C(D) priced part by part through the cost model's API."""
     e = depths.estimates()
@@ -132,14 +137,17 @@ def test_ar_step_follows_the_context_and_a_cold_draft_is_not_probed():
         costs.observe_ar(record(1, 6e-3), 1012, warm=True)
     assert costs.ar_step == pytest.approx(4e-3, rel=0.01)
     planner = StepPlanner(MAX_DEPTH, online=False, probe_every=4)
-    planner.start(knee_cost(2, 5e-3))
+    planner.start(costly_prompt(knee_cost(2, 5e-3)))
     planner.depths = FixedDepths(0.4)  # plain decoding wins, but drafting is not hopeless: probes are due
-    depths = [planner.plan(cold=True).depth for _ in range(12)]
-    assert depths == [0] * 12  # a probe would pay the draft's whole prompt prefill
+    depths = [planner.plan(backlog=64, cold=True).depth for _ in range(12)]
+    assert depths == [0] * 12  # a probe would pay the draft's whole prompt prefill, about 8 plain steps
     assert any(planner.plan(cold=False).probe for _ in range(12))
     # but a planner that turned plain still probes now and then, though every call starts with a cold draft
-    probes = [planner.plan(cold=True).probe for _ in range(4 * BACKOFF)]
+    probes = [planner.plan(backlog=64, cold=True).probe for _ in range(4 * BACKOFF)]
     assert any(probes) and sum(probes) == 1
+    # A cold draft whose catch-up costs less than COLD_PROBE plain steps is probed like a warm one.
+    planner.start(knee_cost(2, 5e-3))
+    assert any(planner.plan(backlog=64, cold=True).probe for _ in range(12))
 
 
 @pytest.mark.parametrize("case", ["hopeless", "cold"])
@@ -150,7 +158,7 @@ def test_plain_decoding_weighs_the_plan_only_every_few_steps(case, monkeypatch):
     if case == "hopeless":  # a layer costs more than a whole AR step: no tree could ever pay
         cost, rate = make_cost(ar_step=4e-3, loop=5e-4, layer=5e-3, catch_up=5e-3), 0.9
     else:
-        cost, rate = knee_cost(2, 5e-3), 0.4
+        cost, rate = costly_prompt(knee_cost(2, 5e-3)), 0.4
     planner = StepPlanner(MAX_DEPTH, online=False, probe_every=4 * REPLAN_EVERY)
     planner.start(cost)
     planner.depths = FixedDepths(rate)
@@ -158,7 +166,7 @@ def test_plain_decoding_weighs_the_plan_only_every_few_steps(case, monkeypatch):
     predict = planner.predict
     monkeypatch.setattr(planner, "predict", lambda *a: calls.append(1) or predict(*a))
     steps = 8 * REPLAN_EVERY
-    depths = [planner.plan(cold=case == "cold").depth for _ in range(steps)]
+    depths = [planner.plan(backlog=64, cold=case == "cold").depth for _ in range(steps)]
     assert depths == [0] * steps
     assert len(calls) == steps // REPLAN_EVERY
 
