@@ -361,10 +361,11 @@ class StepPlanner:
         A batch ends with its slowest row: the rows' mean accepted length overstates what a drafting step
         moves the batch (the embedded EAGLE head's 4:2:8 trees at HumanEval batch 8 on the 2-core CPU: 4.4
         tokens a step for the rows still decoding, 3.6 for the batch; the last 5 of 19 steps ran with 1-7 of
-        the 8 rows: bench/results/2026-12-02-cpu-batch-diagnostics/spread.txt). What the rows' per-step means add up to beyond the most tokens any row got is tokens
-        that moved no row the batch waited for; charged to the call's drafting steps (plain steps move every
-        row alike, and AR's rows all end together), spread = their batch progress over their rows' mean,
-        and the draft/plain decision scales drafting's predicted gain by it. Batch 1: always 1.
+        the 8 rows: bench/results/2026-12-02-cpu-batch-diagnostics/spread.txt). What the rows' per-step
+        means add up to beyond the most tokens any row got is tokens that moved no row the batch waited
+        for; charged to the call's drafting steps (plain steps move every row alike, and AR's rows all end
+        together), spread = their batch progress over their rows' mean, and the draft/plain decision scales
+        drafting's predicted gain by it. Batch 1: always 1.
         """
         call, self._call = self._call, _Call()
         if call.rows is None:
