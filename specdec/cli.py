@@ -38,9 +38,15 @@ from .valuspec import DEFAULT_UNIT, FixedThresholdFilter, ValuSpecFilter
 MODEL_HELP = "a local path, a hub id, demo-target / demo-draft (the embedded pair) or smollm2"
 
 
-def add_tree_options(parser: argparse.ArgumentParser, depth: int = 5, topk: int = 4, total_tokens: int = 32) -> None:
+TREE_TOPK = 4  # generate's --topk for the static trees when none is given (SMART then keeps its own default)
+
+
+def add_tree_options(parser: argparse.ArgumentParser, depth: int = 5, topk: int | None = TREE_TOPK,
+                     total_tokens: int = 32) -> None:
     parser.add_argument("--depth", type=int, default=depth, help="draft depth (chain and tree)")
-    parser.add_argument("--topk", type=int, default=topk, help="children per frontier node (tree)")
+    parser.add_argument("--topk", type=int, default=topk, help="children per frontier node (tree; smart too when "
+                        f"given: default {TREE_TOPK} for trees, SmartSupplier's for smart)" if topk is None
+                        else "children per frontier node (tree)")
     parser.add_argument("--total-tokens", type=int, default=total_tokens, help="tree size, root included (tree)")
 
 
@@ -60,7 +66,8 @@ def add_smart_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=float, default=0.8, help="SMART's aggressiveness (smart)")
     parser.add_argument("--benefit", choices=("paper", "expected"), default=None,
                         help="SMART's benefit rule (default: SmartSupplier's, expected)")
-    parser.add_argument("--frontier", type=int, default=8, help="nodes forwarded per layer and row (smart)")
+    parser.add_argument("--frontier", type=int, default=None,
+                        help="nodes forwarded per layer and row (smart; default: SmartSupplier's)")
     parser.add_argument("--max-depth", type=int, default=12, help="most layers of a SMART tree")
     parser.add_argument("--padding-aware", action=argparse.BooleanOptionalAction, default=None,
                         help="SMART's padding-aware marginal cost for batches (default: on)")
@@ -185,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--tensor-parallel", action="store_true", help="shard the target over the processes of a "
                      "torchrun launch with its tp plan (each rank on its own device; the draft and scorer are "
                      "replicated); rank 0 prints")
-    add_tree_options(gen)
+    add_tree_options(gen, topk=None)
     add_retrieval_options(gen)
     add_smart_options(gen)
     add_valuspec_options(gen)
@@ -306,7 +313,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     cost = (smart_profile(args.profile, target, drafter, [args.batch_size])
             if (args.method in ("smart", harness.EAGLE_SMART) and drafter is not None)
             or args.method in ("retrieval-smart", "prompt-lookup-smart") else None)
-    supplier = harness.make_supplier(args.method, draft, depth=args.depth, topk=args.topk,
+    supplier = harness.make_supplier(args.method, draft, depth=args.depth,
+                                     topk=TREE_TOPK if args.topk is None else args.topk,
                                      total_tokens=args.total_tokens, datastore=datastore,
                                      budget=64 if args.budget is None else args.budget, cost=cost, smart=smart,
                                      eagle=eagle)

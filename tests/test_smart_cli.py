@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import pytest
 
-from specdec.cli import main
+from specdec import SmartSupplier, harness
+from specdec.cli import TREE_TOPK, main
 from specdec.cost import CostModel
 from specdec.profiling import Profile
 from test_cli import generate_matches_hf, saved  # noqa: F401  (the fixture: a tiny Llama pair and tokenizer saved to disk)
@@ -41,6 +43,24 @@ def test_generate_smart_matches_hf_generate(saved, profiled, capsys, extra):  # 
                                               "--max-depth", "4", *extra])
     if extra:
         assert doc["stats"]["mean_tree_size"] <= 6
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_generate_smart_keeps_the_suppliers_tree_shape_unless_given(saved, profiled, capsys, monkeypatch, given):  # noqa: F811
+    """Without --topk / --frontier, `generate --method smart` builds SmartSupplier with its own defaults (the
+    tree methods' --topk of 4 is not SMART's); given, they reach it; the static tree still gets 4."""
+    built = []
+    real = harness.make_supplier
+    monkeypatch.setattr(harness, "make_supplier", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
+    root = saved[0]
+    shape = ["--topk", "3", "--frontier", "1"] if given else []
+    generate_matches_hf(saved, capsys, ["--draft", str(root / "draft"), "--method", "smart", "--profile",
+                                        str(profiled / "p.json"), "--max-depth", "4", *shape])
+    defaults = inspect.signature(SmartSupplier).parameters
+    want = (3, 1) if given else (defaults["topk"].default, defaults["frontier"].default)
+    assert (built[-1].topk, built[-1].frontier) == want
+    generate_matches_hf(saved, capsys, ["--draft", str(root / "draft"), "--method", "tree", "--depth", "3"])
+    assert built[-1].topk == TREE_TOPK
 
 
 @pytest.mark.parametrize("args, message", [
