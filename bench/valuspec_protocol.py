@@ -278,7 +278,8 @@ def summarize(flat: list[dict]) -> list[dict]:
         key = (r["prompt_set"], r["method"])
         audit = audits.get(key + (r["batch_size"],)) or audits.get(key + (1,))
         out.append({"prompt_set": r["prompt_set"], "method": r["method"], "batch_size": r["batch_size"],
-                    "speedup_vs_ar": r["speedup_vs_ar"], "tokens_per_second": r["tokens_per_second"],
+                    "speedup_vs_ar": r["speedup_vs_ar"], "speedup_paired": r.get("speedup_paired"),
+                    "tokens_per_second": r["tokens_per_second"],
                     "mean_accepted_length": r["mean_accepted_length"], "mean_tree_size": r["mean_tree_size"],
                     "identical_to_ar": r["identical_to_ar"],
                     **{k: r.get(f"filter_{k}") for k in ("branch_keep_rate", "node_keep_rate", "empty_tree_rate",

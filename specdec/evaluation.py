@@ -239,13 +239,14 @@ def valuspec_runs(args: argparse.Namespace, runs: dict, options: dict, tokenizer
 
 
 def print_table(results: list[harness.MethodResult]) -> None:
-    print(f"{'method':<24}{'prompts':<12}{'batch':>6}{'tok/s':>9}{'speedup':>9}{'by round':>12}{'accepted':>10}"
-          f"{'tree':>7}  identical")
+    print(f"{'method':<24}{'prompts':<12}{'batch':>6}{'tok/s':>9}{'speedup':>9}{'paired':>8}{'by round':>12}"
+          f"{'accepted':>10}{'tree':>7}  identical")
     for r in results:
         rounds = r.speedup_by_round or []  # the paired per-round speedups: how far the best-of one may be noise
         spread = f"{min(rounds):.2f}-{max(rounds):.2f}" if len(rounds) > 1 else "-"
+        paired = f"{r.speedup_paired:.2f}x" if r.speedup_paired is not None else "-"
         print(f"{r.method:<24}{r.prompt_set:<12}{r.batch_size:>6}{r.tokens_per_second:>9.1f}{r.speedup_vs_ar:>8.2f}x"
-              f"{spread:>12}{r.mean_accepted_length:>10.2f}{r.mean_tree_size:>7.1f}  {r.identity_note()}")
+              f"{paired:>8}{spread:>12}{r.mean_accepted_length:>10.2f}{r.mean_tree_size:>7.1f}  {r.identity_note()}")
     for r in results:
         if r.plan is not None:
             p = r.plan

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -30,7 +31,7 @@ from .suppliers import (ARSupplier, DraftSupplier, EagleSupplier, PromptLookupSu
                         Supplier)
 
 __all__ = ["METHODS", "PROMPT_SETS", "MethodResult", "Run", "environment", "load_prompts", "make_supplier",
-           "smart_variant", "run_method", "run_interleaved", "compare_to_ar", "plot_results"]
+           "smart_variant", "run_method", "run_interleaved", "compare_to_ar", "paired_speedup", "plot_results"]
 
 METHODS = ("ar", "chain", "tree", "prompt-lookup", "prompt-lookup-smart", "smart", "retrieval", "retrieval-smart",
            "eagle", "eagle-chain", "eagle-smart")
@@ -195,6 +196,9 @@ class MethodResult:
     repeats: int = 1  # timed runs per batch; the fastest counts
     round_seconds: list[float] | None = None  # per round of an interleaved run: its seconds over every batch
     speedup_by_round: list[float] | None = None  # per round: tokens/s over AR's in the same round (paired)
+    batch_seconds: list[list[float]] | None = None  # [round][batch]: each batch's seconds in each round
+    batch_tokens: list[int] | None = None  # [batch]: each batch's new tokens (every round repeats them)
+    speedup_paired: float | None = None  # median over (round, batch) of tokens/s over AR's in the same slot
 
     def identity_note(self) -> str:
         """"yes", or how many rows differ and where (in low precision a logit tie can flip a token)."""
@@ -206,7 +210,8 @@ class MethodResult:
         out = asdict(self)
         out["accepted_histogram"] = json.dumps(self.accepted_histogram)
         out["first_difference_at"] = json.dumps(self.first_difference_at)
-        for name in ("filter", "plan", "stage_seconds", "round_seconds", "speedup_by_round"):
+        for name in ("filter", "plan", "stage_seconds", "round_seconds", "speedup_by_round", "batch_seconds",
+                     "batch_tokens"):
             out[name] = json.dumps(getattr(self, name))
         return out
 
@@ -255,7 +260,10 @@ def run_interleaved(target: PreTrainedModel, runs: list[Run], prompts: list[list
     repeats: best of N, interleaved: each round generates every batch with every run in turn, so a drift
     of the machine's speed reaches all runs alike (on a shared CPU identical runs vary by tens of percent);
     per batch the fastest round counts, with that round's stats (greedy decoding repeats the outputs
-    exactly, and so does sampling with a seed; the outputs are the first round's).
+    exactly, and so does sampling with a seed; the outputs are the first round's). The runs take turns
+    in a rotating order (each batch of each round starts one run later), so no run always follows the
+    same one; every batch's seconds in every round are kept (`MethodResult.batch_seconds`) for the
+    paired speedup (`compare_to_ar`).
     sampling, seed: temperature > 0 samples; the batch starting at prompt i draws from a generator
     seeded with ``seed + i`` (None: torch's default generator, unseeded).
     """
@@ -265,11 +273,15 @@ def run_interleaved(target: PreTrainedModel, runs: list[Run], prompts: list[list
     batches = _batches(prompts, batch_size, pad_token_id, target.device)
     best: list[list[tuple[float, Stats] | None]] = [[None] * len(batches) for _ in runs]
     rounds = [[0.0] * repeats for _ in runs]  # [run][round]: seconds over every batch
+    slots = [[[0.0] * len(batches) for _ in range(repeats)] for _ in runs]  # [run][round][batch]: seconds
+    tokens = [[0] * len(batches) for _ in runs]  # [run][batch]: new tokens
     outputs: list[list[list[int]]] = [[] for _ in runs]
     with torch.inference_mode():
         for round_ in range(repeats):
             for j, (i, ids, mask) in enumerate(batches):
-                for r, loop in enumerate(loops):
+                first = (round_ * len(batches) + j) % len(loops)
+                for r in [*range(first, len(loops)), *range(first)]:
+                    loop = loops[r]
                     rng = None if seed is None else torch.Generator(device=target.device).manual_seed(seed + i)
                     t0 = time.perf_counter()
                     out = loop.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens,
@@ -278,6 +290,8 @@ def run_interleaved(target: PreTrainedModel, runs: list[Run], prompts: list[list
                                         top_k=sampling.top_k, top_p=sampling.top_p, generator=rng)
                     seconds = time.perf_counter() - t0  # generate ends with a host sync: the work is done
                     rounds[r][round_] += seconds
+                    slots[r][round_][j] = seconds
+                    tokens[r][j] = out.stats.new_tokens
                     if best[r][j] is None or seconds < best[r][j][0]:
                         best[r][j] = (seconds, out.stats)
                     if round_ == 0:
@@ -286,6 +300,8 @@ def run_interleaved(target: PreTrainedModel, runs: list[Run], prompts: list[list
     for r, run in enumerate(runs):
         result = _summary(run.method, prompt_set, batch_size, len(prompts), best[r], repeats)
         result.round_seconds = [round(t, 6) for t in rounds[r]]
+        result.batch_seconds = [[round(t, 6) for t in row] for row in slots[r]]
+        result.batch_tokens = tokens[r]
         results.append((result, outputs[r]))
     return results
 
@@ -334,6 +350,7 @@ def compare_to_ar(results: list[MethodResult], outputs: dict[tuple, list[list[in
             # between rounds cancels (best-of alone picks each method's luckiest round)
             r.speedup_by_round = [round((r.new_tokens / t) / (ar.new_tokens / a), 4)
                                   for t, a in zip(r.round_seconds, ar.round_seconds)]
+        r.speedup_paired = paired_speedup(r, ar)
         if not identity:
             continue
         ours, ar_out = outputs[(r.method,) + key], outputs[("ar",) + key]
@@ -341,6 +358,23 @@ def compare_to_ar(results: list[MethodResult], outputs: dict[tuple, list[list[in
         r.first_difference_at = [f for f in firsts if f is not None]
         r.rows_differing_from_ar = len(r.first_difference_at)
         r.identical_to_ar = r.rows_differing_from_ar == 0
+
+
+def paired_speedup(run: MethodResult, ar: MethodResult) -> float | None:
+    """The median over every (round, batch) of the run's tokens/s over AR's in the same slot (None when the
+    two were not measured in the same slots).
+
+    Each pair ran back to back on the same batch, so the machine's drift between them is small; the median
+    ignores the slots a stall hit. Best-of, by contrast, compares each method's luckiest rounds: on the
+    2-core CPU, SMART decoding plainly (the very forwards AR runs) measured 0.97x AR best of 5 where its
+    paired median was 1.01x (bench/results/2026-12-02-cpu-paired/).
+    """
+    if not (run.batch_seconds and ar.batch_seconds and run.batch_tokens and ar.batch_tokens) or \
+            len(run.batch_seconds) != len(ar.batch_seconds) or len(run.batch_tokens) != len(ar.batch_tokens):
+        return None
+    ratios = [(n / t) / (m / a) for ours, theirs in zip(run.batch_seconds, ar.batch_seconds)
+              for t, a, n, m in zip(ours, theirs, run.batch_tokens, ar.batch_tokens) if t > 0 and a > 0 and m > 0]
+    return round(float(np.median(ratios)), 4) if ratios else None
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:

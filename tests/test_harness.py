@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 from specdec.harness import MethodResult, compare_to_ar, first_difference
 
 
@@ -38,6 +41,58 @@ def test_speedup_by_round_pairs_each_round_with_ars():
     other.round_seconds = [1.0]  # a different number of rounds: nothing to pair
     compare_to_ar([ar, other], {("ar", "humaneval", 2): [[1]], ("chain", "humaneval", 2): [[1]]})
     assert other.speedup_by_round is None
+
+
+def test_paired_speedup_is_the_median_of_same_slot_ratios():
+    """Each (round, batch) slot pairs the run with AR on the same batch back to back; the median ignores a
+    slot a stall hit, where best-of would compare each method's luckiest slot."""
+    from specdec.harness import paired_speedup
+
+    ar, tree = result("ar", 10.0), result("tree", 10.0)
+    ar.batch_tokens, tree.batch_tokens = [8, 4], [8, 4]
+    ar.batch_seconds = [[1.0, 1.0], [1.0, 0.5], [2.0, 1.0]]  # round 3: the machine ran at half speed for both
+    tree.batch_seconds = [[0.5, 4.0], [0.8, 0.4], [1.0, 0.5]]  # round 1 batch 2: a stall hit the tree only
+    # ratios: 2.0, 0.25 | 1.25, 1.25 | 2.0, 2.0: median 1.625; a sum of per-batch minimums would give 1.5/0.9
+    assert paired_speedup(tree, ar) == 1.625
+    tree.batch_tokens = [8, 2]  # a run that emits fewer tokens on a batch (sampling) is paired by tokens/s
+    assert paired_speedup(tree, ar) == pytest.approx(float(np.median([2.0, 0.125, 1.25, 0.625, 2.0, 1.0])))
+    tree.batch_seconds = tree.batch_seconds[:2]  # rounds that do not match: nothing to pair
+    assert paired_speedup(tree, ar) is None
+    compare_to_ar([ar, tree], {("ar", "humaneval", 2): [[1]], ("tree", "humaneval", 2): [[1]]})
+    assert tree.speedup_paired is None and ar.speedup_paired == 1.0
+
+
+def test_interleaved_runs_rotate_their_order_and_keep_every_slot(monkeypatch):
+    """Each (round, batch) slot starts one run later, so no run always follows the same one."""
+    import torch
+
+    import specdec
+    from conftest import make_model
+    from specdec import harness
+
+    target = make_model("llama")
+    order = []
+    real = harness.SpeculativeGenerator.generate
+
+    def logged(self, *args, **kwargs):
+        order.append(self.supplier.tag)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(harness.SpeculativeGenerator, "generate", logged)
+    runs = []
+    for tag in "abc":
+        supplier = specdec.ARSupplier()
+        supplier.tag = tag
+        runs.append(harness.Run(tag, supplier))
+    prompts = [[5, 6, 7], [8, 9], [10, 11, 12]]
+    with torch.no_grad():
+        results = harness.run_interleaved(target, runs, prompts, batch_size=2, max_new_tokens=3, pad_token_id=0,
+                                          eos_token_id=None, prompt_set="x", repeats=2)
+    assert "".join(order) == "abc" "bca" "cab" "abc"  # 2 rounds x 2 batches
+    for result, outputs in results:
+        assert len(result.batch_seconds) == 2 and all(len(r) == 2 and min(r) > 0 for r in result.batch_seconds)
+        assert result.batch_tokens == [6, 3] and len(outputs) == 3
+        assert sum(result.batch_seconds[0]) == pytest.approx(result.round_seconds[0], abs=1e-5)
 
 
 def test_run_method_repeats_keep_the_fastest_run_and_the_first_outputs():
