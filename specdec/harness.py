@@ -366,8 +366,8 @@ def paired_speedup(run: MethodResult, ar: MethodResult) -> float | None:
 
     Each pair ran back to back on the same batch, so the machine's drift between them is small; the median
     ignores the slots a stall hit. Best-of, by contrast, compares each method's luckiest rounds: on the
-    2-core CPU, SMART decoding plainly (the very forwards AR runs) measured 0.97x AR best of 5 where its
-    paired median was 1.01x (bench/results/2026-12-02-cpu-paired/).
+    2-core CPU, SMART decoding plainly at batch 16 (the very forwards AR runs) measured 0.87x AR best of
+    5 and 0.95x paired (bench/results/2026-12-02-cpu-paired/).
     """
     if not (run.batch_seconds and ar.batch_seconds and run.batch_tokens and ar.batch_tokens) or \
             len(run.batch_seconds) != len(ar.batch_seconds) or len(run.batch_tokens) != len(ar.batch_tokens):
