@@ -309,7 +309,8 @@ class StepPlanner:
           and seconds were 1.05 and 0.96 times their predictions.
         - Evidence that ages only with drafting steps never ages once the planner turns plain: one unlucky
           stretch froze a low rate, and the rare probes (one step each, their interval doubling) could not
-          lift it, so the planner decoded plainly on 84% of steps where drafting every step ran faster.
+          lift it: the planner decoded plainly on 553 of 691 steps, at 1.07x AR where drafting every step
+          ran 1.11x (bench/results/2026-12-02-cpu-smart-batch/).
           Aged by plain steps too, a rate that one noisy stretch pulled down returns toward the pseudo-step's
           1 and the decision rests on the predictions again, while a real bias gathers evidence with each
           retry, so retries stay rare (drafting steps at a quarter of their planned rate: 4 of 200 steps).
