@@ -305,8 +305,9 @@ class StepPlanner:
         plan's own numbers (a realised rate of 1):
         - A mean of per-step ratios is biased low: a step accepts a whole number of tokens around its
           expectation (1 or 4 where 2.5 was predicted: a log-mean of 0.8, not 1). On the demo pair at
-          HumanEval batch 1 the former running log-mean sat at 0.74-0.78 while the drafting steps' tokens
-          and seconds were 1.05 and 0.96 times their predictions.
+          HumanEval batch 1 (586 drafting steps) the per-step ratios' geometric mean is 0.967 where the
+          ratio of sums is 1.025, and the former running log-mean was at 0.85 or below on a tenth of the
+          steps (bench/results/2026-12-02-cpu-realised/).
         - Evidence that ages only with drafting steps never ages once the planner turns plain: one unlucky
           stretch froze a low rate, and the rare probes (one step each, their interval doubling) could not
           lift it: the planner decoded plainly on 553 of 691 steps, at 1.07x AR where drafting every step
