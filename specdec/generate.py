@@ -108,7 +108,8 @@ class Stats:
 
     steps: int = 0
     new_tokens: int = 0
-    accepted_lengths: list[int] = field(default_factory=list)  # per active row and step, bonus included
+    accepted_lengths: list[int] = field(default_factory=list)  # per active row and step: tokens emitted, bonus
+    # included (a step that accepts past max_new_tokens or an EOS counts only what the row output)
     tree_sizes: list[int] = field(default_factory=list)  # nodes per row sent to the target (padded width T)
     stage_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         ("prefill", "propose", "filter", "verify", "commit"), 0.0))
@@ -251,9 +252,10 @@ class SpeculativeGenerator:
                 self.filter.commit(acc)
             emitted = state.append(acc)
             t4 = time.perf_counter()
-            accepted = acc.host_num_accepted[active] + 1
-            stats.record(accepted, tree.size, int(emitted.sum()), propose=t1 - t0, filter=t2 - t1, verify=t3 - t2,
-                         commit=t4 - t3)
+            accepted = acc.host_num_accepted[active] + 1  # what the target accepted (the planner learns from it)
+            # the stats count what each row emitted: a last step's tokens past max_new_tokens or an EOS are not output
+            stats.record(emitted[active], tree.size, int(emitted.sum()), propose=t1 - t0, filter=t2 - t1,
+                         verify=t3 - t2, commit=t4 - t3)
             if prompt is None:  # the first verification also forwarded the prompt: not a step's cost
                 record = StepRecord(tree.size, accepted, t1 - t0, t2 - t1, t3 - t2, t4 - t3, active)
                 self.supplier.record_step(record)

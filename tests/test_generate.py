@@ -44,6 +44,7 @@ def test_identity(models, method, draft_kind, lengths):
     out = gen.generate(ids, attention_mask=mask, max_new_tokens=24, pad_token_id=0, eos_token_id=[])
     assert torch.equal(out.sequences, ref), f"{arch}/{method}/{draft_kind}"
     assert out.stats.new_tokens == 24 * len(lengths)
+    assert sum(out.stats.accepted_lengths) == out.stats.new_tokens  # a capped last step counts what it emitted
     if draft_kind == "self":
         assert out.stats.mean_accepted_length > 1.0  # the self-draft's candidates are accepted
     if method == "chain" and draft_kind == "self":
@@ -66,6 +67,7 @@ def test_identity_eos_mid_batch(models, method):
     gen = specdec.SpeculativeGenerator(target, supplier_for(method, noisy))
     out = gen.generate(ids, attention_mask=mask, max_new_tokens=20, eos_token_id=eos, pad_token_id=0)
     assert torch.equal(out.sequences, ref), f"{arch}/{method}"
+    assert sum(out.stats.accepted_lengths) == out.stats.new_tokens  # nothing past EOS or the cap is counted
     row0 = out.sequences[0, ids.shape[1]:].tolist()
     assert eos in row0 and all(t == 0 for t in row0[row0.index(eos) + 1:])
 
