@@ -23,7 +23,8 @@ from specdec.demo_pair import pair_path
 from specdec.models import load_tokenizer
 from specdec.state import DecodeState
 from specdec.profiling import device_name
-from specdec.planner import StepPlanner, _leaves_before, plan_trie
+from specdec.planner import StepPlanner
+from specdec.suppliers.trie import _leaves_before, plan_trie
 from specdec.suppliers.trie import prefix_trie
 from test_cost import make_cost
 from test_generate import models, reference  # noqa: F401  (the architecture grid fixture and the oracle)

@@ -7,7 +7,7 @@ with numpy, vectorised over rows, on the committed tokens the state already hold
 sync), like the n-gram proposers of serving engines.
 
 With `cost_model` the step planner (`specdec.planner`) prices the steps: a lookup step only when one pays
-(else a plain step, no lookup), and each row's trie cut by SMART's marginal rule (`planner.plan_trie`):
+(else a plain step, no lookup), and each row's trie cut by SMART's marginal rule (`trie.plan_trie`):
 a node's probability is its share of the matches, calibrated per depth by the measured acceptance, its
 cost the verification it adds, the lookup priced as the draft's cost.
 """
@@ -21,13 +21,13 @@ from transformers import PreTrainedModel
 
 from ..checks import as_int
 from ..cost import CostModel, CostsByBatch, check_compatible
-from ..planner import StepPlanner, TreeFacts, plan_trie
+from ..planner import StepPlanner, TreeFacts
 from ..profiling import Profile
 from ..state import DecodeState
 from ..tree import TreeBatch
 from ..verify import vocab_size
 from .base import check_within, position_limit, root_only
-from .trie import PlannedTrieSupplier, Trie, prefix_trie
+from .trie import PlannedTrieSupplier, Trie, plan_trie, prefix_trie
 
 __all__ = ["PromptLookupSupplier"]
 

@@ -12,7 +12,7 @@ root alone, an autoregressive step.
 With `cost_model` (SMART's rule and step planner on retrieval trees, beyond both papers): before the query,
 the step planner (`specdec.planner`) decides from measured costs and acceptance whether a retrieval step
 pays at all (else a plain step: no query, no tree); after it, the prefixes join in order of frequency
-while each passes SMART's marginal test (`planner.plan_trie`), frequency calibrated by the planner's
+while each passes SMART's marginal test (`trie.plan_trie`), frequency calibrated by the planner's
 measured acceptance per depth standing in for the draft probability, and priced by the same step cost
 (the query is the draft's cost). `budget` stays the cap. Frequency order is prefix-closed (a prefix is at
 least as frequent as its extensions and, at equal counts, shallower), so every prefix of it is a tree.
@@ -30,13 +30,13 @@ from transformers import PreTrainedModel
 from ..checks import as_int
 from ..cost import CostModel, CostsByBatch, check_compatible
 from ..datastore import Datastore
-from ..planner import StepPlanner, TreeFacts, plan_trie
+from ..planner import StepPlanner, TreeFacts
 from ..profiling import Profile
 from ..state import DecodeState
 from ..tree import TreeBatch
 from ..verify import vocab_size
 from .base import check_within, position_limit, root_only
-from .trie import PlannedTrieSupplier, Trie, prefix_trie
+from .trie import PlannedTrieSupplier, Trie, plan_trie, prefix_trie
 
 __all__ = ["RetrievalSupplier"]
 

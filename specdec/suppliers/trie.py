@@ -16,6 +16,7 @@ Worked example, one row, continuations (M = 4, K = 3, -1 pads)::
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +25,7 @@ from ..planner import PlanStats, StepPlanner, StepRecord, TreeFacts
 from ..verify import Acceptance
 from .base import Supplier
 
-__all__ = ["PlannedTrieSupplier", "Trie", "prefix_trie"]
+__all__ = ["PlannedTrieSupplier", "Trie", "prefix_trie", "plan_trie"]
 
 
 @dataclass(frozen=True)
@@ -202,3 +203,69 @@ class PlannedTrieSupplier(Supplier):
 
     def report(self) -> PlanStats | None:
         return None if self.planner is None else self.planner.report()
+
+
+# ------------------------------------------------------------------------------- SMART's rule on a trie
+def plan_trie(parents: np.ndarray, counts: np.ndarray, num_nodes: np.ndarray, planner: StepPlanner, alpha: float,
+              benefit: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """SMART's rule on a host-side trie (retrieval, prompt lookup), priced by the planner's step cost.
+
+    parents, counts: [B, T] int64 of a trie in breadth-first order (`suppliers.trie.Trie`). A node's
+    conditional probability is its share of its parent's matches, calibrated by the planner's
+    `Calibration`; its path probability, the product along its path. Per row, nodes join in that order
+    (ties: node index, so parents come first) while each passes ``alpha * dL(u) * C(|T|) > L(T) * (V(|T| +
+    1) - V(|T|))`` with C the step's cost so far (query, loop) plus the corrected verification V;
+    dL(u) = its calibrated path probability, over the tree's leaves before it joins for benefit "paper".
+    Returns keep [B, T] bool (prefix-closed, the root always), the conditional probabilities [B, T] (what
+    `StepPlanner.observe_tree` calibrates on) and the kept tree's depth.
+    """
+    B, T = parents.shape
+    node = np.arange(T)[None, :]
+    real = (node >= 1) & (node < num_nodes[:, None])
+    edge = np.where(real, counts / np.maximum(np.take_along_axis(counts, np.maximum(parents, 0), 1), 1), 1.0)
+    log_cal = _path_sum(np.where(real, np.log(np.maximum(planner.calibration(edge), 1e-12)), 0.0), parents, real)
+    order = np.argsort(np.where(real, -log_cal, np.inf), axis=1, kind="stable")[:, : T - 1]
+    valid = np.take_along_axis(real, order, axis=1)  # [B, J]: candidate j is node order[b, j]
+    calibrated = np.where(valid, np.exp(np.take_along_axis(log_cal, order, axis=1)), 0.0)
+    length = 1.0 + np.cumsum(calibrated, axis=1) - calibrated  # L_j: the tree before candidate j joins
+    gain = alpha * calibrated / (_leaves_before(parents, order, valid) if benefit == "paper" else 1.0)
+    size = 1 + np.arange(T - 1)  # |T|_j
+    verify = planner.costs.verify_array(planner.context)
+    top = len(verify) - 2
+    cost = planner.spent(0, []) + verify[np.minimum(size, top)]
+    slope = verify[np.minimum(size + 1, top + 1)] - verify[np.minimum(size, top)]
+    ok = valid & (gain * cost > length * np.maximum(slope, 1e-12))
+    joined = np.cumprod(ok, axis=1).astype(bool)
+    keep = np.zeros((B, T), dtype=bool)
+    np.put_along_axis(keep, order, joined, axis=1)
+    keep[:, 0] = True
+    depth = _path_sum(real.astype(np.float64), parents, real)
+    return keep, edge, int(depth[keep].max())
+
+
+def _path_sum(values: np.ndarray, parents: np.ndarray, real: np.ndarray) -> np.ndarray:
+    """[B, T]: each node's value summed with its ancestors' (pointer jumping over the parents)."""
+    total = values.copy()
+    jump = np.where(real, parents, -1)
+    for _ in range(max(1, math.ceil(math.log2(parents.shape[1] + 1)))):
+        has = jump >= 0
+        safe = np.maximum(jump, 0)
+        total = total + np.where(has, np.take_along_axis(total, safe, axis=1), 0.0)
+        jump = np.where(has, np.take_along_axis(jump, safe, axis=1), -1)
+    return total
+
+
+def _leaves_before(parents: np.ndarray, order: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """[B, J] float: leaves (root-to-leaf paths) of the tree just before candidate j joins, in `order`.
+
+    A node adds a leaf unless it is the first of its parent's children to join (then the parent stops
+    being one); the root alone is one path.
+    """
+    B, J = order.shape
+    rows = np.arange(B)[:, None]
+    parent = np.take_along_axis(parents, order, axis=1)  # [B, J]
+    first = np.full(parents.shape, J, dtype=np.int64)  # first join position among each node's children
+    np.minimum.at(first, (np.broadcast_to(rows, (B, J))[valid], parent[valid]),
+                  np.broadcast_to(np.arange(J), (B, J))[valid])
+    adds = valid & (first[rows, np.maximum(parent, 0)] != np.arange(J)[None, :])
+    return 1.0 + np.cumsum(adds, axis=1) - adds
