@@ -272,7 +272,6 @@ def run_interleaved(target: PreTrainedModel, runs: list[Run], prompts: list[list
     loops = [SpeculativeGenerator(target, r.supplier, r.filter) for r in runs]
     batches = _batches(prompts, batch_size, pad_token_id, target.device)
     best: list[list[tuple[float, Stats] | None]] = [[None] * len(batches) for _ in runs]
-    rounds = [[0.0] * repeats for _ in runs]  # [run][round]: seconds over every batch
     slots = [[[0.0] * len(batches) for _ in range(repeats)] for _ in runs]  # [run][round][batch]: seconds
     tokens = [[0] * len(batches) for _ in runs]  # [run][batch]: new tokens
     outputs: list[list[list[int]]] = [[] for _ in runs]
@@ -289,7 +288,6 @@ def run_interleaved(target: PreTrainedModel, runs: list[Run], prompts: list[list
                                         pad_token_id=pad_token_id, temperature=sampling.temperature,
                                         top_k=sampling.top_k, top_p=sampling.top_p, generator=rng)
                     seconds = time.perf_counter() - t0  # generate ends with a host sync: the work is done
-                    rounds[r][round_] += seconds
                     slots[r][round_][j] = seconds
                     tokens[r][j] = out.stats.new_tokens
                     if best[r][j] is None or seconds < best[r][j][0]:
@@ -299,7 +297,7 @@ def run_interleaved(target: PreTrainedModel, runs: list[Run], prompts: list[list
     results = []
     for r, run in enumerate(runs):
         result = _summary(run.method, prompt_set, batch_size, len(prompts), best[r], repeats)
-        result.round_seconds = [round(t, 6) for t in rounds[r]]
+        result.round_seconds = [round(sum(row), 6) for row in slots[r]]
         result.batch_seconds = [[round(t, 6) for t in row] for row in slots[r]]
         result.batch_tokens = tokens[r]
         results.append((result, outputs[r]))

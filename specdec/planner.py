@@ -156,13 +156,19 @@ class _BatchState:
     plain_run: int = 0  # plain steps in a row before the current one
     quiet: int = 0  # plain steps left before the next full plan
     backoff: int = 1  # the probe interval's multiple while plain decoding pays
-    realised: float = 1.0  # drafting steps' measured tokens per second over their predicted (`_realise`)
     realised_sums: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # decayed: tokens, L, seconds, C
     realised_prior: tuple[float, float] = (0.0, 0.0)  # the last drafting plan's L and C: a pseudo-step at 1
     drafted_run: int = 0  # drafting steps since the last plain step
     c_t_probe: int = 0  # plain steps left in a c_T probe
     spread: float = 1.0  # drafting steps' batch progress over their rows' mean accepted length (`_finish_call`)
     spread_calls: int = 0  # calls that measured it
+
+    @property
+    def realised(self) -> float:
+        """Drafting steps' measured tokens per second over their predicted (`StepPlanner._realise`); 1 before
+        any drafting step."""
+        (t, n, s, c), (p, q) = self.realised_sums, self.realised_prior
+        return min(max(((t + p) / (n + p)) / ((s + q) / (c + q)), 0.25), 4.0) if p > 0 else 1.0
 
 
 @dataclass
@@ -325,9 +331,6 @@ class StepPlanner:
             t, n, s, c = t + tokens, n + plan.length, s + seconds, c + plan.seconds
             state.realised_prior = (plan.length, plan.seconds)
         state.realised_sums = (t, n, s, c)
-        p, q = state.realised_prior
-        if p > 0:
-            state.realised = min(max(((t + p) / (n + p)) / ((s + q) / (c + q)), 0.25), 4.0)
 
     def _hopeless(self, context: float | None) -> bool:
         """Whether drafting cannot pay even if every candidate were accepted: a chain of D tokens accepting
