@@ -301,7 +301,7 @@ class OnlineCosts:
         elif self.online:
             self._fit_draft(step.propose, facts)
         self.rest = self._ema(self.rest, step.filter + step.commit)
-        self._observe_verify(step, context)
+        self.observe_verify(step, context)
 
     def _fit_draft(self, seconds: float, facts: TreeFacts) -> None:
         """Refit the draft's two factors on this step's propose time: the catch-up's (it runs right after the
@@ -321,7 +321,8 @@ class OnlineCosts:
         self.catch_factor = max((r0 * g11 - r1 * g01) / det, 0.1)
         self.layer_factor = max((r1 * g00 - r0 * g01) / det, 0.1)
 
-    def _observe_verify(self, step: StepRecord, context: float | None) -> None:
+    def observe_verify(self, step: StepRecord, context: float | None) -> None:
+        """Correct the verify curve at this step's padded width (its bucket, and the common level)."""
         if not self.online:
             return
         w = step.width

@@ -1,32 +1,52 @@
-"""ValuSpec's per-step scoring gate: score a tree only when the verification it saves beats the scoring.
+"""ValuSpec's per-step gate: score a tree only when the verification it saves beats the scoring, and
+then verify the padded width that yields the most tokens per second.
 
 `ValuSpecFilter` asks its gate before each step (`ScoringGate.plan`) whether to score the tree; an
-unscored tree goes to the target whole and the scorer catches up on its tokens at its next forward.
+unscored tree goes to the target whole and the scorer catches up on its tokens at its next forward. After
+a scored step's threshold rule, the gate may cut the tree further to a padded width (`ScoringGate.size`).
 
 `CostGate` prices both sides with SMART's step cost model (`specdec.cost.CostModel`, fitted at the
-batch size from a `Profile`) and the loop's own timers (`StepRecord`, the numbers the generation loop
-measured anyway; no sync is added)::
+batch size from a `Profile`, corrected by the loop's own timers through `specdec.estimates.OnlineCosts`:
+the StepRecords the generation loop measured anyway; no sync is added)::
 
-    saving = level * (V(W) - V(r * W))       cost = k * S(W)       score  iff  saving > (1 + margin) * cost
+    saving = V(W) - V(r * W)       cost = k * S(W)       score  iff  saving > (1 + margin) * cost
 
-- W: the tree's padded width (``tree.size``, host-known); V: the cost model's verify at padded width,
-  ``level`` its measured correction (EMA of measured verify / V over the steps seen);
+- W: the tree's padded width (``tree.size``, host-known); V: the cost model's verify stage at a padded
+  width, corrected by two measured ratios (EMAs of measured / modelled): the whole trees' (unscored steps)
+  at W and the pruned trees' (scored steps) at r * W, so that a curve flat where the profile said steep
+  (a batch-1 CPU forward of 2 to 64 nodes) is learned as flat;
 - r: the measured ratio of the padded width after pruning to the width before (EMA over scored steps,
-  from a prior of one half); the filter fills rows cut below the widest one back up to it
-  (`specdec.valuspec.fill_to_width`), so r is the padded width's, the one verification pays for;
+  from a prior of one half);
 - S(W): the profile's draft forward over W nodes (`CostModel.draft_seconds`: ValuSpec's scorer is the
   draft model), ``k`` its measured correction from the filter stage's time on scored steps. A profile
   without a draft gives no prior: the scorer's measured seconds are used directly.
 
 Before anything is measured the gate scores (a probe); when even pruning every row to its root could not
-pay (``V(W) - V(1)`` below the predicted scoring), it never scores; while it skips scoring, every
-`probe_every`-th step is scored anyway to keep r and k fresh. What pruning costs in accepted tokens is not
-priced: the default configuration lost accepted tokens on at most 1.4% of steps in the README's
-measurements (ValuSpec), and `margin` covers it.
+pay (``V(W) - V(1)`` below the predicted scoring), it never scores. Otherwise it probes both ways, so that
+both sides of its test stay measured: while it skips scoring, a step is scored after `probe_every` skipped
+ones (the scoring's cost and the width it leaves); while it scores, a step goes whole after `probe_every`
+scored ones (online only: the verification of the full width, which a scoring gate never sees otherwise). Each probe
+doubles the wait for the next of its kind, up to `MAX_PROBE_EVERY` (a batch size whose answer does not
+change spends little on asking again); a step decided on its merits resets it.
+
+Sizing (``size=True``): the threshold rule keeps what the scorer deems likely, not what pays. On a scored
+step each row's kept nodes are ranked by their path probability P under the scorer (a parent's is at least
+its child's, so every top-k is closed under ancestors), and the gate keeps the top W - 1 per row for the W
+that maximises the predicted tokens per second::
+
+    W* = argmax_W  sum over active rows (1 + a * [sum of the row's top W - 1 P])  /  (F + V(W))
+
+where F is the measured rest of a scored step (propose, scoring, commit) and a the measured ratio of the
+candidates accepted to the sum of P verified (a ratio of decayed sums from one pseudo-step at 1: the demo
+draft underestimates the target's agreement). Computed on the device; W* reaches the host with the
+compaction's one sync. Under a batch the verify cost follows the padded width, so W* is one width for all
+rows (a row cut below it would save only attention).
 
 Worked example: a verify curve of V(64) = 80 ms and V(24) = 40 ms (a steep, batched one) with r = 0.375
 saves 40 ms per step, against a scoring forward of 25 ms: scored. A flat curve, V(64) = 12 ms and V(24) =
 9 ms, saves 3 ms: the tree goes whole, and if V(64) - V(1) is below the scoring too, no step is scored.
+Sizing one row whose kept nodes have P = 0.9, 0.5, 0.1 with a = 1, F = 2 ms, V(1..4) = 4, 5, 6, 10 ms: the
+rates are 1/6, 1.9/7, 2.4/8, 2.5/12 tokens per ms, so W* = 3 (the root and two nodes).
 """
 
 from __future__ import annotations
@@ -35,19 +55,26 @@ import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+import numpy as np
+import torch
+from torch import Tensor
+
 from .cost import CostModel, CostsByBatch
+from .estimates import OnlineCosts
 from .planner import StepRecord
 from .profiling import Profile
 from .state import DecodeState
-from .tree import TreeBatch
+from .tree import TreeBatch, unpack_bits
 
-__all__ = ["StepPlan", "ScoringGate", "CostGate", "MARGIN", "PROBE_EVERY"]
+__all__ = ["StepPlan", "ScoringGate", "CostGate", "MARGIN", "PROBE_EVERY", "MAX_PROBE_EVERY"]
 
 MARGIN = 0.1  # the saving must beat the scoring by 10%
-PROBE_EVERY = 16  # while skipping, one scored step in this many keeps the estimates fresh
+PROBE_EVERY = 16  # while skipping, the first probe comes after this many skipped steps ...
+MAX_PROBE_EVERY = 256  # ... and each probe that finds no pay doubles the interval, up to this
 WEIGHT = 0.25  # weight of a new observation in the estimates' moving averages
 WIDTH_PRIOR = 0.5  # the width ratio before any step is scored
 CLIP = 4.0  # one observation moves an estimate at most this factor (a preempted step is not the norm)
+ACCEPT_DECAY = 0.97  # per sized step, for the accepted / predicted sums (about 30 steps of memory)
 
 
 @dataclass(frozen=True)
@@ -55,13 +82,16 @@ class StepPlan:
     """What the filter does in one step, decided before the step is scored.
 
     score: False sends the tree to the target whole. probe: scored to measure, not because it pays.
-    saving, cost: the gate's predicted seconds (0 when it did not price the step).
+    saving, cost: the gate's predicted seconds (0 when it did not price the step). predicted: the
+    candidates the sized tree is expected to have accepted, summed over active rows (filled in after
+    sizing; 0 when the step was not sized).
     """
 
     score: bool = True
     probe: bool = False
     saving: float = 0.0
     cost: float = 0.0
+    predicted: float = 0.0
 
 
 class ScoringGate(ABC):
@@ -75,6 +105,12 @@ class ScoringGate(ABC):
     @abstractmethod
     def plan(self, tree: TreeBatch, state: DecodeState) -> StepPlan: ...
 
+    def size(self, tree: TreeBatch, keep: Tensor, scores: Tensor, active: Tensor) -> tuple[Tensor, Tensor | None]:
+        """After the threshold rule on a scored step: (keep [B, T] bool, the expected accepted candidates as
+        a device scalar, or None when the gate does not size). keep: what the rule kept, closed under
+        ancestors; scores: [B, T] float32 path-mean log-probs; active: [B] bool. Default: keep as is."""
+        return keep, None
+
     def record(self, step: StepRecord, plan: StepPlan, proposed: int) -> None:
         """What the loop measured in a step this gate planned; `proposed`: the padded width before the filter."""
 
@@ -82,13 +118,30 @@ class ScoringGate(ABC):
 class _Estimates:
     """The gate's measured corrections at one batch size (kept across `generate` calls)."""
 
-    def __init__(self):
-        self.level = 1.0  # measured verify / the cost model's
+    def __init__(self, costs: OnlineCosts, probe_every: int):
+        # measured verify / the cost model's: on scored steps (the pruned widths), on unscored ones (whole
+        # trees: None until one is measured, then the cut's stands in); two points, because a curve can be
+        # flat where the profile said steep (a batch-1 CPU forward of 2 to 64 nodes), and one scale for
+        # both would keep the profile's difference between them
+        self.cut, self.whole = 1.0, None
+        self.costs = costs  # the whole verify curve, corrected per width bucket (sizing prices every width)
         # padded width after pruning / before; the prior (half) is a guess the first scored steps replace,
         # and it keeps a run of uncut steps from pinning the estimate at exactly 1 (nothing to gain, ever)
         self.width_ratio = WIDTH_PRIOR
         self.scoring: float | None = None  # measured scoring / its prior (seconds when there is no prior)
-        self.skipped = 0  # steps skipped since the last scored one
+        self.fixed: float | None = None  # a scored step's seconds outside verification
+        self.accepted, self.predicted = 1.0, 1.0  # decayed sums, from one pseudo-step at a ratio of 1
+        self.skipped, self.scored = 0, 0  # the current run of skipped (scored) steps
+        # probe intervals: skipping, score after `score_every` steps; scoring, skip after `skip_every`
+        self.score_every, self.skip_every = probe_every, probe_every
+
+    @property
+    def accept_scale(self) -> float:
+        return self.accepted / self.predicted
+
+
+def _doubled(interval: int) -> int:
+    return min(2 * interval, MAX_PROBE_EVERY)
 
 
 def _ema(old: float | None, new: float) -> float:
@@ -101,61 +154,115 @@ def _ema(old: float | None, new: float) -> float:
 
 
 class CostGate(ScoringGate):
-    """Scores a step when SMART's step cost model says the verification saved beats the scoring (module
-    docstring). cost_model: a `CostModel` (at the running batch size) or a `Profile` (fitted per batch size).
+    """Scores a step when SMART's step cost model says the verification saved beats the scoring, and sizes
+    the scored tree to the padded width with the most predicted tokens per second (module docstring).
+    cost_model: a `CostModel` (at the running batch size) or a `Profile` (fitted per batch size).
     online=False prices with the cost model as profiled (no correction from the timers; the scoring's prior
-    when the profile has a draft); the width ratio is learned either way."""
+    when the profile has a draft); the width ratio and the acceptance scale are learned either way.
+    size=False keeps the threshold rule's tree (the gate decides only whether to score)."""
 
     def __init__(self, cost_model: CostModel | Profile, *, margin: float = MARGIN, probe_every: int = PROBE_EVERY,
-                 online: bool = True):
+                 online: bool = True, size: bool = True):
         if not isinstance(cost_model, (CostModel, Profile)):
             raise ValueError(f"cost_model: expected a CostModel or a Profile, got {type(cost_model).__name__}")
         if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < 10:
             raise ValueError(f"margin: expected a number in [0, 10), got {margin!r}")
         if isinstance(probe_every, bool) or not isinstance(probe_every, int) or probe_every < 0:
             raise ValueError(f"probe_every: expected an int >= 0 (0: no probes), got {probe_every!r}")
-        if not isinstance(online, bool):
-            raise ValueError(f"online: expected a bool, got {online!r}")
-        self.margin, self.probe_every, self.online = float(margin), probe_every, online
+        for name, value in (("online", online), ("size", size)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name}: expected a bool, got {value!r}")
+        self.margin, self.probe_every, self.online, self.sizes = float(margin), probe_every, online, size
         self._costs = CostsByBatch(cost_model)
         self._estimates: dict[int, _Estimates] = {}
 
     def start(self, state: DecodeState) -> None:
         b = state.batch_size
-        self.cost, self.est = self._costs(b), self._estimates.setdefault(b, _Estimates())
-        if not self.online and self.cost.draft_layer is not None:
-            self.est.scoring = 1.0  # the prior as profiled
+        self.cost = self._costs(b)
+        self.est = self._estimates.get(b)
+        if self.est is None:
+            self.est = self._estimates[b] = _Estimates(OnlineCosts(self.cost, self.online), self.probe_every)
+            if not self.online and self.cost.draft_layer is not None:
+                self.est.scoring = 1.0  # the prior as profiled
 
     def _prior(self, width: int) -> float | None:
         """The profile's scorer forward over `width` nodes per row (None: profiled without a draft)."""
         return None if self.cost.draft_layer is None else float(self.cost.draft_seconds(width))
 
+    def verify(self, width: float, whole: bool = False) -> float:
+        """The verify stage at a padded `width`: the cost model's, corrected by what was measured on the
+        scored steps (the widths pruning leaves) or, `whole`, on the unscored ones (the widths proposed)."""
+        ratio = self.est.whole if whole and self.est.whole is not None else self.est.cut
+        return ratio * float(self.cost.verify_seconds(width))
+
     def plan(self, tree: TreeBatch, state: DecodeState) -> StepPlan:
         width, est = tree.size, self.est
-        verify = lambda n: est.level * float(self.cost.verify_seconds(n))  # noqa: E731
         prior = self._prior(width)
         cost = None if est.scoring is None else est.scoring * (prior if prior is not None else 1.0)
         bound = cost if cost is not None else prior
-        if bound is not None and verify(width) - verify(1) <= (1 + self.margin) * bound:
-            return StepPlan(score=False, saving=verify(width) - verify(1), cost=bound)  # hopeless: no probe
+        full = self.verify(width, whole=True)
+        if bound is not None and full - self.verify(1) <= (1 + self.margin) * bound:
+            return StepPlan(score=False, saving=full - self.verify(1), cost=bound)  # hopeless: no probe
         if cost is None:  # nothing measured yet
             return StepPlan(score=True, probe=True)
-        saving = verify(width) - verify(max(est.width_ratio * width, 1.0))
+        saving = full - self.verify(max(est.width_ratio * width, 1.0))
         if saving > (1 + self.margin) * cost:
-            return StepPlan(score=True, saving=saving, cost=cost)
-        probe = self.probe_every > 0 and est.skipped + 1 >= self.probe_every
+            # now and then a paying step goes whole anyway, to measure the full width's verification (only
+            # online: offline nothing would learn from it)
+            skip = self.online and self.probe_every > 0 and est.scored + 1 >= est.skip_every
+            return StepPlan(score=not skip, probe=skip, saving=saving, cost=cost)
+        probe = self.probe_every > 0 and est.skipped + 1 >= est.score_every
         return StepPlan(score=probe, probe=probe, saving=saving, cost=cost)
+
+    def size(self, tree: TreeBatch, keep: Tensor, scores: Tensor, active: Tensor) -> tuple[Tensor, Tensor | None]:
+        if not self.sizes:
+            return keep, None
+        B, T = tree.tokens.shape
+        est = self.est
+        # P: each kept non-root node's path probability under the scorer, taken as the least along its root
+        # path (equal in exact arithmetic; a mean times a depth in float32 can put a child a rounding above
+        # its parent, and the ranks must stay closed under ancestors); the root ranks first, cut nodes (and
+        # padding slots) last
+        path_p = torch.exp(scores * tree.depth)
+        path_p[:, 0] = float("inf")
+        on_path = unpack_bits(tree.ancestor_mask, T)  # [B, node, ancestor-or-self]
+        path_p = torch.where(on_path, path_p[:, None, :], float("inf")).amin(2).masked_fill(~keep, -1.0)
+        ranked, order = torch.sort(path_p, dim=1, descending=True, stable=True)  # ties: lower index (parent) first
+        gains = torch.cat([torch.zeros_like(ranked[:, :1]), ranked[:, 1:].clamp(min=0).cumsum(1)], 1)  # [B, T]
+        tokens = ((1 + est.accept_scale * gains) * active[:, None]).sum(0)  # [T]: index w - 1 -> width w
+        fixed = est.fixed if est.fixed is not None else float(self.cost.loop) + (self._prior(T) or 0.0)
+        seconds = fixed + est.costs.verify(np.arange(1, T + 1, dtype=np.float64))  # [T] host
+        rate = tokens / torch.as_tensor(seconds, dtype=tokens.dtype, device=tokens.device)
+        width = torch.arange(1, T + 1, device=keep.device)
+        rate = rate.masked_fill(width > keep.sum(1).amax(), float("-inf"))  # never wider than the rule kept
+        best = rate.argmax()  # a device scalar: W* - 1
+        rank = torch.empty_like(order).scatter_(1, order, torch.arange(T, device=order.device).expand(B, T))
+        predicted = (gains[:, best] * active).sum()
+        return keep & (rank <= best), predicted
 
     def record(self, step: StepRecord, plan: StepPlan, proposed: int) -> None:
         est = self.est
         base = float(self.cost.verify_seconds(step.width))
         if self.online and base > 0 and step.verify > 0:
-            est.level = _ema(est.level, step.verify / base)
+            if plan.score:
+                est.cut = _ema(est.cut, step.verify / base)
+            else:
+                est.whole = _ema(est.whole, step.verify / base)
+            est.costs.observe_verify(step, None)
+        # Each probe doubles the wait for the next one of its kind; a step decided on its merits resets it
+        # (the first probe, before anything was measured, priced nothing: cost 0, and counts for neither).
         if not plan.score:
-            est.skipped += 1
+            est.skipped, est.scored = est.skipped + 1, 0
+            est.skip_every = _doubled(est.skip_every) if plan.probe else self.probe_every
             return
-        est.skipped = 0
+        est.skipped, est.scored = 0, est.scored + 1
+        est.score_every = _doubled(est.score_every) if plan.probe and plan.cost else self.probe_every
         prior = self._prior(proposed)
         if self.online or prior is None:
             est.scoring = _ema(est.scoring, step.filter / prior if prior else step.filter)
         est.width_ratio = _ema(est.width_ratio, step.width / proposed)
+        est.fixed = _ema(est.fixed, step.propose + step.filter + step.commit)
+        if plan.predicted > 0:
+            rows = len(step.accepted)
+            est.accepted = ACCEPT_DECAY * est.accepted + float(step.accepted.sum()) - rows
+            est.predicted = ACCEPT_DECAY * est.predicted + plan.predicted

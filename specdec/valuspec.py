@@ -43,6 +43,7 @@ forces the forward (tests compare the two).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -120,12 +121,14 @@ def fill_to_width(tree: TreeBatch, keep: Tensor, scores: Tensor, taus: Tensor | 
     return (rank < width) & tree.valid
 
 
-def compact(tree: TreeBatch, keep: Tensor) -> TreeBatch:
+def compact(tree: TreeBatch, keep: Tensor, width: int | None = None) -> TreeBatch:
     """The sub-trees of the nodes where keep [B, T] bool is set (prefix-closed, roots set), renumbered in
-    their original order (so still topological) and cut to the widest row."""
+    their original order (so still topological) and cut to the widest row, `width` nodes when the caller
+    already has it on the host (it must equal ``keep.sum(1).max()``)."""
     B, T = tree.tokens.shape
     num_nodes = keep.sum(1)  # [B]
-    width = int(num_nodes.max())  # host sync, on purpose: the verifier's cost follows the padded width
+    if width is None:
+        width = int(num_nodes.max())  # host sync, on purpose: the verifier's cost follows the padded width
     order = torch.sort((~keep).to(torch.int8), dim=1, stable=True).indices[:, :width]  # kept nodes first
     new_index = keep.cumsum(1) - 1  # [B, T]: each kept node's new number
     parents = tree.parents.gather(1, order)
@@ -334,17 +337,24 @@ class ValuSpecFilter(TreeFilter):
                 self._unscored += int((~state.finished).sum())  # host state: no sync
                 self._steps["steps_unscored"] += 1
         active = state.active()
+        predicted = None
         if plan.score:
             scores = self.scorer.scores(tree)
             keep = keep_branches(tree, scores, self._taus, self.unit)
             if self.fill:
                 keep = fill_to_width(tree, keep, scores, self._taus)
+            if self.gate is not None:
+                keep, predicted = self.gate.size(tree, keep, scores, active)
         else:
             keep = tree.valid
         self._count(tree, keep, active)
         if self._auditor is not None:
             self._count_audit(tree, keep, active)
-        out = compact(tree, keep) if plan.score else tree
+        width = None
+        if predicted is not None:  # the compaction's one sync brings the gate's prediction along
+            width, expected = torch.stack([keep.sum(1).amax().to(predicted.dtype), predicted]).tolist()
+            plan = replace(plan, predicted=expected)
+        out = compact(tree, keep, None if width is None else int(width)) if plan.score else tree
         self._plan, self._proposed = plan, tree.size
         self._steps["steps"] += 1
         self._steps["width_proposed"] += tree.size
