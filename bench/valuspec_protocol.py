@@ -271,7 +271,8 @@ def flatten(row: dict) -> dict:
 
 def summarize(flat: list[dict]) -> list[dict]:
     """One row per set, method and timed batch size: speed, accepted length, the filter's stats, and the
-    false-discard rate of the audit at the same batch size (or, when none ran there, at batch 1)."""
+    false-discard rates of the audit at the same batch size (or, when none ran there, at batch 1): all of
+    them, and those the threshold rule made (the rest are a cost gate's sizing)."""
     audits = {(r["prompt_set"], r["method"], r["batch_size"]): r for r in flat if r["audit_run"]}
     out = []
     for r in (r for r in flat if not r["audit_run"]):
@@ -286,6 +287,7 @@ def summarize(flat: list[dict]) -> list[dict]:
                                                          "ar_fallback_rate", "acceptance_rate")},
                     "filter_share": r.get("filter_share"),
                     "false_discard_rate": audit["filter_false_discard_rate"] if audit else None,
+                    "rule_discard_rate": audit.get("filter_rule_discard_rate") if audit else None,
                     "audit_batch_size": audit["batch_size"] if audit else None})
     return out
 

@@ -48,6 +48,7 @@ class FilterStats:
     audited: int = 0  # row-steps whose unfiltered tree was verified too
     false_discards: int = 0  # audited row-steps where a discarded branch would have been accepted further
     tokens_lost: int = 0  # accepted tokens the discards cost, summed over audited row-steps
+    rule_discards: int = 0  # of the false discards, those the threshold rule made (before a gate's sizing)
     steps: int = 0  # steps the filter saw
     steps_unscored: int = 0  # of them, steps a gate sent unfiltered
     width_proposed: int = 0  # padded tree widths the supplier proposed, summed over steps
@@ -68,7 +69,8 @@ class FilterStats:
                 "unscored_rate": ratio(self.unscored, self.rows),
                 "steps_unscored_rate": ratio(self.steps_unscored, self.steps),
                 "width_saved_rate": ratio(self.width_proposed - self.width_verified, self.width_proposed),
-                "false_discard_rate": ratio(self.false_discards, self.audited)}
+                "false_discard_rate": ratio(self.false_discards, self.audited),
+                "rule_discard_rate": ratio(self.rule_discards, self.audited)}
 
 
 class TreeFilter(ABC):

@@ -70,7 +70,7 @@ __all__ = ["BranchScorer", "ValuSpecFilter", "FixedThresholdFilter", "ScoringGat
 
 # Counters kept on the device during decoding (no sync per step), in FilterStats field order.
 _COUNTERS = ("rows", "supplier_empty", "filter_emptied", "branches", "branches_kept", "nodes", "nodes_kept",
-             "accepted", "audited", "false_discards", "tokens_lost")
+             "accepted", "audited", "false_discards", "tokens_lost", "rule_discards")
 _ACCEPTED, _AUDIT = _COUNTERS.index("accepted"), _COUNTERS.index("audited")
 
 # The defaults, chosen from bench/results/2026-12-01-cpu-valuspec-lengths/ (README, ValuSpec section).
@@ -340,16 +340,17 @@ class ValuSpecFilter(TreeFilter):
         predicted = None
         if plan.score:
             scores = self.scorer.scores(tree)
-            keep = keep_branches(tree, scores, self._taus, self.unit)
+            keep = ruled = keep_branches(tree, scores, self._taus, self.unit)
             if self.fill:
-                keep = fill_to_width(tree, keep, scores, self._taus)
+                keep = ruled = fill_to_width(tree, keep, scores, self._taus)
             if self.gate is not None:
                 keep, predicted = self.gate.size(tree, keep, scores, active)
         else:
-            keep = None
+            keep = ruled = None
         self._count(tree, keep, active)
         if self._auditor is not None:
-            self._count_audit(tree, tree.valid if keep is None else keep, active)
+            whole = tree.valid
+            self._count_audit(tree, whole if keep is None else keep, whole if ruled is None else ruled, active)
         width = None
         if predicted is not None:  # the compaction's one sync brings the gate's prediction along
             width, expected = torch.stack([keep.sum(1).amax().to(predicted.dtype), predicted]).tolist()
@@ -380,17 +381,21 @@ class ValuSpecFilter(TreeFilter):
                                kept_nodes])  # [7, B], in _COUNTERS order
         self._counts[:_ACCEPTED] += (per_row * active).sum(1)
 
-    def _count_audit(self, tree: TreeBatch, keep: Tensor, active: Tensor) -> None:
+    def _count_audit(self, tree: TreeBatch, keep: Tensor, ruled: Tensor, active: Tensor) -> None:
         """Verify the unfiltered tree with the target's second cache; a false discard is a row whose
-        accepted path there runs past the kept nodes."""
+        accepted path there runs past the kept nodes, a rule discard one that runs past what the threshold
+        rule kept (`ruled`, before a gate's sizing)."""
         hidden = self._auditor.forward_tree(tree)
         logits = self._auditor.draft.get_output_embeddings()(hidden)  # [B, T, V]: diagnostic, logits allowed
         _, full, node_index = greedy_accept(tree, logits)  # node_index [B, L]: the accepted path, root first
         on_path = node_index >= 0
-        kept = (keep.gather(1, node_index.clamp(min=0)) & on_path)[:, 1:]
-        kept_len = kept.to(torch.int64).cumprod(1).sum(1)  # accepted tokens the kept tree still holds
-        lost = torch.where(active, full - kept_len, 0)
-        self._counts[_AUDIT:] += torch.stack([active.sum(), (lost > 0).sum(), lost.sum()])
+
+        def lost(kept_nodes: Tensor) -> Tensor:  # [B]: accepted tokens the kept tree no longer holds
+            kept = (kept_nodes.gather(1, node_index.clamp(min=0)) & on_path)[:, 1:]
+            return torch.where(active, full - kept.to(torch.int64).cumprod(1).sum(1), 0)
+
+        final, rule = lost(keep), lost(ruled)
+        self._counts[_AUDIT:] += torch.stack([active.sum(), (final > 0).sum(), final.sum(), (rule > 0).sum()])
 
     def report(self) -> FilterStats | None:
         if self._counts is None:

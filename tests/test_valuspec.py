@@ -350,6 +350,7 @@ def test_audit_counts_false_discards():
         # The self-draft chain is always accepted whole (3 tokens) by the unfiltered tree, and what the
         # filtered tree accepts is the kept prefix of that path: kept + lost = 3 on every row-step.
         assert sum(a - 1 for a in out.stats.accepted_lengths) + f.tokens_lost == 3 * f.rows
+        assert f.rule_discards == f.false_discards  # no gate: the threshold rule made every cut
         if lost:
             assert f.false_discards > 0 and f.tokens_lost >= f.false_discards
         else:

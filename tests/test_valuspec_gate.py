@@ -367,6 +367,22 @@ def test_identity_with_the_gate_eos_mid_batch(tmp_path):
 
 
 @pytest.mark.hf
+def test_audit_tells_the_sizing_cuts_from_the_rule_ones():
+    """Self-drafting chains (always accepted whole), a threshold that keeps everything and a gate whose
+    verification costs a second a node: sizing sends the roots alone, so every row-step is a false
+    discard, and none of them is the rule's."""
+    target = make_model("mistral")
+    ids, mask = ragged_prompts([5, 9])
+    filt = specdec.FixedThresholdFilter(target, 1e-30, audit=True, gate=CostGate(STEEP, online=False))
+    gen = specdec.SpeculativeGenerator(target, specdec.DraftSupplier(target, mode="chain", depth=3), filter=filt)
+    out = gen.generate(ids, attention_mask=mask, max_new_tokens=12, pad_token_id=0, eos_token_id=[])
+    assert torch.equal(out.sequences, reference(target, ids, mask, 12, eos=None))
+    f = out.stats.filter
+    assert f.audited == f.rows == f.false_discards and f.tokens_lost == 3 * f.rows and f.rule_discards == 0
+    assert f.to_dict()["rule_discard_rate"] == 0.0 and f.nodes_kept == 0
+
+
+@pytest.mark.hf
 def test_generate_gates_scoring_with_a_profile_at_hand(saved, profiled, capsys, tmp_path, monkeypatch):  # noqa: F811
     """`specdec generate --valuspec ... --profile P`: the filter's gate is a CostGate over P, asked before
     every step with candidates; the output still equals HF generate."""
