@@ -32,7 +32,8 @@ change spends little on asking again); a step decided on its merits resets it.
 Sizing (``size=True``): the threshold rule keeps what the scorer deems likely, not what pays. On a scored
 step each row's kept nodes are ranked by their path probability P under the scorer (a parent's is at least
 its child's, so every top-k is closed under ancestors), and the gate keeps the top W - 1 per row for the W
-that maximises the predicted tokens per second::
+that maximises the predicted tokens per second, from 2 (the rule's call is whether a row keeps nothing;
+sizing only chooses how many of its candidates go) to the widest row the rule kept::
 
     W* = argmax_W  sum over active rows (1 + a * [sum of the row's top W - 1 P])  /  (F + V(W))
 
@@ -45,8 +46,8 @@ rows (a row cut below it would save only attention).
 Worked example: a verify curve of V(64) = 80 ms and V(24) = 40 ms (a steep, batched one) with r = 0.375
 saves 40 ms per step, against a scoring forward of 25 ms: scored. A flat curve, V(64) = 12 ms and V(24) =
 9 ms, saves 3 ms: the tree goes whole, and if V(64) - V(1) is below the scoring too, no step is scored.
-Sizing one row whose kept nodes have P = 0.9, 0.5, 0.1 with a = 1, F = 2 ms, V(1..4) = 4, 5, 6, 10 ms: the
-rates are 1/6, 1.9/7, 2.4/8, 2.5/12 tokens per ms, so W* = 3 (the root and two nodes).
+Sizing one row whose kept nodes have P = 0.9, 0.5, 0.1 with a = 1, F = 2 ms, V(2..4) = 5, 6, 10 ms: the
+rates are 1.9/7, 2.4/8, 2.5/12 tokens per ms, so W* = 3 (the root and two nodes).
 """
 
 from __future__ import annotations
@@ -233,8 +234,10 @@ class CostGate(ScoringGate):
         fixed = est.fixed if est.fixed is not None else float(self.cost.loop) + (self._prior(T) or 0.0)
         seconds = fixed + est.costs.verify(np.arange(1, T + 1, dtype=np.float64))  # [T] host
         rate = tokens / torch.as_tensor(seconds, dtype=tokens.dtype, device=tokens.device)
-        width = torch.arange(1, T + 1, device=keep.device)
-        rate = rate.masked_fill(width > keep.sum(1).amax(), float("-inf"))  # never wider than the rule kept
+        width, kept = torch.arange(1, T + 1, device=keep.device), keep.sum(1).amax()
+        # never wider than the rule kept, and never the roots alone when it kept a candidate: emptying a
+        # tree is the calibrated rule's call, sizing only chooses how many of its candidates go
+        rate = rate.masked_fill((width > kept) | ((width == 1) & (kept > 1)), float("-inf"))
         best = rate.argmax()  # a device scalar: W* - 1
         rank = torch.empty_like(order).scatter_(1, order, torch.arange(T, device=order.device).expand(B, T))
         predicted = (gains[:, best] * active).sum()

@@ -17,8 +17,9 @@ Per-step gate (`specdec.gate`). Before scoring, a gate may decide from host-know
 padded width, the batch, measured timings: nothing that waits for the device) that this step is not
 worth scoring; the tree then goes to the target unfiltered, and the scorer catches up on the skipped
 steps' tokens at its next forward. Given a cost model (``cost_model=``: SMART's `CostModel` or a
-`Profile`) the filter's gate is a `CostGate`: it scores when the verification saved beats the scoring.
-Without a gate every step is scored.
+`Profile`) the filter's gate is a `CostGate`: it scores when the verification saved beats the scoring,
+and after the threshold rule it sizes the scored tree (`ScoringGate.size`) to the one padded width with
+the most predicted tokens per second. Without a gate every step is scored and nothing is sized.
 
 Pruning aimed at the padded width (`fill_to_width`). Under a batch the target's forward costs what the
 widest row's tree costs; a row cut below the widest kept row saves only attention. So after the
@@ -43,6 +44,7 @@ forces the forward (tests compare the two).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -135,6 +137,14 @@ def compact(tree: TreeBatch, keep: Tensor, width: int | None = None) -> TreeBatc
     parents = torch.where(parents >= 0, new_index.gather(1, parents.clamp(min=0)), -1)
     logp = tree.logp.gather(1, order) if tree.logp is not None else None
     return TreeBatch(tree.tokens.gather(1, order), parents, num_nodes, logp, max_depth=tree.max_depth)
+
+
+def _synced_clock(device: torch.device) -> float:
+    """Host seconds after the device's queued work: the audit's own time, kept out of what a gate learns
+    (a sync, on purpose: audited runs are diagnostics, never timed)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 class _ScorerRunner(DraftRunner):
@@ -350,7 +360,9 @@ class ValuSpecFilter(TreeFilter):
         self._count(tree, keep, active)
         if self._auditor is not None:
             whole = tree.valid
+            start = _synced_clock(tree.device)
             self._count_audit(tree, whole if keep is None else keep, whole if ruled is None else ruled, active)
+            self._audit_seconds = _synced_clock(tree.device) - start
         width = None
         if predicted is not None:  # the compaction's one sync brings the gate's prediction along
             width, expected = torch.stack([keep.sum(1).amax().to(predicted.dtype), predicted]).tolist()
@@ -364,6 +376,8 @@ class ValuSpecFilter(TreeFilter):
 
     def record_step(self, step: StepRecord) -> None:
         if self.gate is not None and self._proposed > 1:
+            if self._auditor is not None:  # the gate prices the scoring, not the audit's target forward
+                step = replace(step, filter=max(step.filter - self._audit_seconds, 0.0))
             self.gate.record(step, self._plan, self._proposed)
 
     def _count(self, tree: TreeBatch, keep: Tensor | None, active: Tensor) -> None:

@@ -26,7 +26,7 @@ from test_generate import reference
 from test_cli import generate_matches_hf, saved  # noqa: F401  (a tiny target, draft and tokenizer saved to disk)
 from test_retrieval import eos_mid_batch_case, store_of_outputs
 from test_smart_cli import profiled  # noqa: F401  (a profile of that pair)
-from test_smart import state_for
+from test_smart import MODERATE as SMART_COST, fixed_cost, state_for
 from test_valuspec_lengths import counting
 
 CAL_PROMPTS = [[5, 6, 7, 8, 9], [20, 30, 40, 50]]
@@ -149,8 +149,9 @@ def sized(gate: CostGate, tree: TreeBatch, keep: torch.Tensor, scores: torch.Ten
 
 
 def test_size_picks_the_width_with_the_most_tokens_per_second_worked_example():
-    """The module docstring's example: one row, kept path probabilities 0.9, 0.5, 0.1, F = 2 ms, V(1..4) =
-    4, 5, 6, 10 ms: rates 1/6, 1.9/7, 2.4/8, 2.5/12 per ms, so the root and two nodes."""
+    """The module docstring's example: one row, kept path probabilities 0.9, 0.5, 0.1, F = 2 ms, V(2..4) =
+    5, 6, 10 ms: rates 1.9/7, 2.4/8, 2.5/12 per ms, so the root and two nodes. With V(1) = 1 ms the roots
+    alone would rate 1/3, yet sizing keeps the rule's candidates (at least one per row)."""
     base = make_cost(layer=1e-6, catch_up=1e-6)
     x = (1.0, 2.0, 3.0, 4.0, 64.0)
     model = replace(base, use_fit=False, verify_points=Curve.through(x, [4e-3, 5e-3, 6e-3, 10e-3, 70e-3]))
@@ -163,13 +164,21 @@ def test_size_picks_the_width_with_the_most_tokens_per_second_worked_example():
     scores = torch.tensor([[0.0, math.log(0.5), math.log(0.9), math.log(0.1)]])
     keep, predicted = sized(gate, tree, tree.valid.clone(), scores, torch.tensor([True]))
     assert keep.tolist() == [[True, True, True, False]] and predicted == pytest.approx(1.4)
+    cheap_root = replace(model, verify_points=Curve.through(x, [1e-3, 5e-3, 6e-3, 10e-3, 70e-3]))
+    gate = CostGate(cheap_root, online=False)
+    gate.start(state)
+    gate.est.fixed = 2e-3
+    keep, _ = sized(gate, tree, tree.valid.clone(), scores, torch.tensor([True]))
+    assert keep.tolist() == [[True, True, True, False]]
+    only_root = torch.tensor([[True, False, False, False]])  # the rule kept nothing: the root alone stays
+    assert sized(gate, tree, only_root, scores, torch.tensor([True]))[0].tolist() == only_root.tolist()
 
 
 @pytest.mark.parametrize("seed", range(5))
 def test_size_against_brute_force(seed):
-    """Every width W is priced as sum over active rows (1 + a * top W - 1 path probabilities of the kept
-    nodes) / (F + V(W)), the best W wins (the narrowest on ties), each row keeps its top W - 1 (ties to
-    the lower index), and the result stays closed under ancestors."""
+    """Every width W from 2 is priced as sum over active rows (1 + a * top W - 1 path probabilities of the
+    kept nodes) / (F + V(W)), the best W wins (the narrowest on ties), each row keeps its top W - 1 (ties
+    to the lower index), and the result stays closed under ancestors."""
     rng = np.random.default_rng(seed)
     tree = random_tree(rng, 4, 13)
     node_lp = torch.tensor(rng.uniform(-1.5, 0.0, (4, 13)).round(1), dtype=torch.float32)  # exact 0s: ties
@@ -188,10 +197,10 @@ def test_size_against_brute_force(seed):
     ranked = [sorted((i for i in range(1, 13) if keep[b, i]), key=lambda i: (-path_p[b][i], i)) for b in range(4)]
     width_max = int(keep.sum(1).max())
     rates = []
-    for w in range(1, width_max + 1):
+    for w in range(2, width_max + 1):  # from 2: the rule kept candidates, sizing keeps at least one
         tokens = sum(1 + 1.5 * sum(path_p[b][i] for i in ranked[b][:w - 1]) for b in range(4) if active[b])
         rates.append(tokens / (2e-3 + float(model.verify_seconds(w))))
-    best = int(np.argmax(rates)) + 1
+    best = int(np.argmax(rates)) + 2
     for b in range(4):
         want = {0, *ranked[b][:best - 1]} if tree.num_nodes[b] > 0 else set()
         assert {i for i in range(13) if got[b, i]} == want, b
@@ -351,6 +360,30 @@ def test_identity_with_the_gate_eagle(tmp_path, lengths):
 
 
 @pytest.mark.hf
+@pytest.mark.filterwarnings("ignore:cost_model")  # hand-made cost models, not a profile of this machine
+@pytest.mark.parametrize("lengths", [[9], [5, 11, 8]], ids=["batch1", "ragged3"])  # 9: prompt lookup finds matches
+@pytest.mark.parametrize("method", ["chain", "smart", "prompt_lookup"])
+def test_identity_with_the_gate_other_suppliers(method, lengths):
+    """The suppliers the tests above leave out, under a gate that scores every step and sizes, both units."""
+    target = make_model("llama")
+    noisy = perturbed(target)
+    ids, mask = ragged_prompts(lengths)
+    ref = reference(target, ids, mask, 24, eos=None)
+    cal = calibrate(target, noisy, CAL_PROMPTS, max_new_tokens=16, window=4, delta=0.4)
+    for unit in ("branch", "prefix"):
+        supplier = {"chain": lambda: specdec.DraftSupplier(noisy, mode="chain", depth=4),
+                    "smart": lambda: specdec.SmartSupplier(noisy, fixed_cost(**SMART_COST, batch_size=len(lengths)),
+                                                           topk=3, frontier=2, max_depth=4),
+                    "prompt_lookup": lambda: specdec.PromptLookupSupplier(max_ngram=3, num_pred=5, max_matches=3),
+                    }[method]()
+        out = run(target, supplier, ValuSpecFilter(noisy, cal, unit=unit, gate=CostGate(MODERATE, online=False)), ids,
+                  mask)
+        assert torch.equal(out.sequences, ref), unit
+        f = out.stats.filter
+        assert f.steps_unscored == 0 and f.width_verified <= f.width_proposed and 0 < f.nodes_kept <= f.nodes, unit
+
+
+@pytest.mark.hf
 def test_identity_with_the_gate_eos_mid_batch(tmp_path):
     target = make_model("qwen3")
     noisy = perturbed(target)
@@ -369,7 +402,7 @@ def test_identity_with_the_gate_eos_mid_batch(tmp_path):
 @pytest.mark.hf
 def test_audit_tells_the_sizing_cuts_from_the_rule_ones():
     """Self-drafting chains (always accepted whole), a threshold that keeps everything and a gate whose
-    verification costs a second a node: sizing sends the roots alone, so every row-step is a false
+    verification costs a second a node: sizing sends one candidate per row, so every row-step is a false
     discard, and none of them is the rule's."""
     target = make_model("mistral")
     ids, mask = ragged_prompts([5, 9])
@@ -378,8 +411,9 @@ def test_audit_tells_the_sizing_cuts_from_the_rule_ones():
     out = gen.generate(ids, attention_mask=mask, max_new_tokens=12, pad_token_id=0, eos_token_id=[])
     assert torch.equal(out.sequences, reference(target, ids, mask, 12, eos=None))
     f = out.stats.filter
-    assert f.audited == f.rows == f.false_discards and f.tokens_lost == 3 * f.rows and f.rule_discards == 0
-    assert f.to_dict()["rule_discard_rate"] == 0.0 and f.nodes_kept == 0
+    # sizing keeps one candidate of each row the rule kept: the first of the chain's three
+    assert f.audited == f.rows == f.false_discards and f.tokens_lost == 2 * f.rows and f.rule_discards == 0
+    assert f.to_dict()["rule_discard_rate"] == 0.0 and f.nodes_kept == f.rows
 
 
 @pytest.mark.hf
