@@ -37,10 +37,13 @@ sizing only chooses how many of its candidates go) to the widest row the rule ke
 
     W* = argmax_W  sum over active rows (1 + a * [sum of the row's top W - 1 P])  /  (F + V(W))
 
-where F is the measured rest of a scored step (propose, scoring, commit) and a the measured ratio of the
-candidates accepted to the sum of P verified (a ratio of decayed sums from one pseudo-step at 1: the demo
-draft underestimates the target's agreement). Computed on the device; W* reaches the host with the
-compaction's one sync. Under a batch the verify cost follows the padded width, so W* is one width for all
+where F is the measured rest of a scored step (propose, scoring, commit) and a = a_d, by the node's depth
+d, the measured ratio of the depth-d candidates accepted to the sum of their P verified (ratios of
+decayed sums, from a pseudo-count at 1): the demo draft underestimates the target's agreement, and since
+P is a product along the path, by more the deeper the node (one scale for all depths, fitted mostly on
+the shallow nodes, undervalued the deep ones and cut the draft's 10-node trees to 3 at batch 8, slower
+than verifying them whole). Computed on the device; W* and the predicted sums by depth reach the host
+with the compaction's one sync. Under a batch the verify cost follows the padded width, so W* is one width for all
 rows (a row cut below it would save only attention).
 
 Worked example: a verify curve of V(64) = 80 ms and V(24) = 40 ms (a steep, batched one) with r = 0.375
@@ -67,7 +70,7 @@ from .profiling import Profile
 from .state import DecodeState
 from .tree import TreeBatch, unpack_bits
 
-__all__ = ["StepPlan", "ScoringGate", "CostGate", "MARGIN", "PROBE_EVERY", "MAX_PROBE_EVERY"]
+__all__ = ["StepPlan", "ScoringGate", "CostGate", "MARGIN", "PROBE_EVERY", "MAX_PROBE_EVERY", "DEPTHS"]
 
 MARGIN = 0.1  # the saving must beat the scoring by 10%
 PROBE_EVERY = 16  # while skipping, the first probe comes after this many skipped steps ...
@@ -76,6 +79,8 @@ WEIGHT = 0.25  # weight of a new observation in the estimates' moving averages
 WIDTH_PRIOR = 0.5  # the width ratio before any step is scored
 CLIP = 4.0  # one observation moves an estimate at most this factor (a preempted step is not the norm)
 ACCEPT_DECAY = 0.97  # per sized step, for the accepted / predicted sums (about 30 steps of memory)
+ACCEPT_PRIOR = 1.0  # pseudo-count (in candidates) behind each depth's ratio of 1
+DEPTHS = 16  # depths with their own acceptance scale (deeper nodes share the last)
 
 
 @dataclass(frozen=True)
@@ -83,16 +88,16 @@ class StepPlan:
     """What the filter does in one step, decided before the step is scored.
 
     score: False sends the tree to the target whole. probe: scored to measure, not because it pays.
-    saving, cost: the gate's predicted seconds (0 when it did not price the step). predicted: the
-    candidates the sized tree is expected to have accepted, summed over active rows (filled in after
-    sizing; 0 when the step was not sized).
+    saving, cost: the gate's predicted seconds (0 when it did not price the step). predicted: by depth
+    1 .. DEPTHS, the scorer's path probabilities of the sized tree's candidates, summed over active rows
+    (filled in after sizing; empty when the step was not sized).
     """
 
     score: bool = True
     probe: bool = False
     saving: float = 0.0
     cost: float = 0.0
-    predicted: float = 0.0
+    predicted: tuple[float, ...] = ()
 
 
 class ScoringGate(ABC):
@@ -107,9 +112,10 @@ class ScoringGate(ABC):
     def plan(self, tree: TreeBatch, state: DecodeState) -> StepPlan: ...
 
     def size(self, tree: TreeBatch, keep: Tensor, scores: Tensor, active: Tensor) -> tuple[Tensor, Tensor | None]:
-        """After the threshold rule on a scored step: (keep [B, T] bool, the expected accepted candidates as
-        a device scalar, or None when the gate does not size). keep: what the rule kept, closed under
-        ancestors; scores: [B, T] float32 path-mean log-probs; active: [B] bool. Default: keep as is."""
+        """After the threshold rule on a scored step: (keep [B, T] bool, [DEPTHS] float32 on the device: the
+        kept candidates' path probabilities summed by depth, or None when the gate does not size). keep: what
+        the rule kept, closed under ancestors; scores: [B, T] float32 path-mean log-probs; active: [B] bool.
+        Default: keep as is."""
         return keep, None
 
     def record(self, step: StepRecord, plan: StepPlan, proposed: int) -> None:
@@ -131,14 +137,15 @@ class _Estimates:
         self.width_ratio = WIDTH_PRIOR
         self.scoring: float | None = None  # measured scoring / its prior (seconds when there is no prior)
         self.fixed: float | None = None  # a scored step's seconds outside verification
-        self.accepted, self.predicted = 1.0, 1.0  # decayed sums, from one pseudo-step at a ratio of 1
+        self.accepted, self.predicted = np.zeros(DEPTHS), np.zeros(DEPTHS)  # decayed sums by depth
         self.skipped, self.scored = 0, 0  # the current run of skipped (scored) steps
         # probe intervals: skipping, score after `score_every` steps; scoring, skip after `skip_every`
         self.score_every, self.skip_every = probe_every, probe_every
 
     @property
-    def accept_scale(self) -> float:
-        return self.accepted / self.predicted
+    def accept_scale(self) -> np.ndarray:
+        """[DEPTHS]: a_d, candidates accepted at depth d over their predicted sum."""
+        return (self.accepted + ACCEPT_PRIOR) / (self.predicted + ACCEPT_PRIOR)
 
 
 def _doubled(interval: int) -> int:
@@ -220,17 +227,19 @@ class CostGate(ScoringGate):
             return keep, None
         B, T = tree.tokens.shape
         est = self.est
-        # P: each kept non-root node's path probability under the scorer, taken as the least along its root
-        # path (equal in exact arithmetic; a mean times a depth in float32 can put a child a rounding above
-        # its parent, and the ranks must stay closed under ancestors); the root ranks first, cut nodes (and
-        # padding slots) last
+        # P: each kept non-root node's path probability under the scorer; its value a_d * P, taken as the least
+        # along its root path (so a child never ranks above its parent, whatever a_d does with depth or a mean
+        # times a depth with rounding); the root ranks first, cut nodes (and padding slots) last
+        depth = tree.depth.clamp(max=DEPTHS)  # [B, T]
+        scale = torch.tensor(np.concatenate([[0.0], est.accept_scale]), dtype=scores.dtype, device=scores.device)
         path_p = torch.exp(scores * tree.depth)
-        path_p[:, 0] = float("inf")
+        value = scale[depth] * path_p
+        value[:, 0] = float("inf")
         on_path = unpack_bits(tree.ancestor_mask, T)  # [B, node, ancestor-or-self]
-        path_p = torch.where(on_path, path_p[:, None, :], float("inf")).amin(2).masked_fill(~keep, -1.0)
-        ranked, order = torch.sort(path_p, dim=1, descending=True, stable=True)  # ties: lower index (parent) first
+        value = torch.where(on_path, value[:, None, :], float("inf")).amin(2).masked_fill(~keep, -1.0)
+        ranked, order = torch.sort(value, dim=1, descending=True, stable=True)  # ties: lower index (parent) first
         gains = torch.cat([torch.zeros_like(ranked[:, :1]), ranked[:, 1:].clamp(min=0).cumsum(1)], 1)  # [B, T]
-        tokens = ((1 + est.accept_scale * gains) * active[:, None]).sum(0)  # [T]: index w - 1 -> width w
+        tokens = ((1 + gains) * active[:, None]).sum(0)  # [T]: index w - 1 -> width w
         fixed = est.fixed if est.fixed is not None else float(self.cost.loop) + (self._prior(T) or 0.0)
         seconds = fixed + est.costs.verify(np.arange(1, T + 1, dtype=np.float64))  # [T] host
         rate = tokens / torch.as_tensor(seconds, dtype=tokens.dtype, device=tokens.device)
@@ -240,8 +249,11 @@ class CostGate(ScoringGate):
         rate = rate.masked_fill((width > kept) | ((width == 1) & (kept > 1)), float("-inf"))
         best = rate.argmax()  # a device scalar: W* - 1
         rank = torch.empty_like(order).scatter_(1, order, torch.arange(T, device=order.device).expand(B, T))
-        predicted = (gains[:, best] * active).sum()
-        return keep & (rank <= best), predicted
+        sized = keep & (rank <= best)
+        verified = torch.where(sized & (depth > 0) & active[:, None], path_p, 0.0)  # [B, T]
+        predicted = torch.zeros(DEPTHS + 1, dtype=scores.dtype, device=scores.device)
+        predicted.scatter_add_(0, depth.flatten(), verified.flatten())
+        return sized, predicted[1:]
 
     def record(self, step: StepRecord, plan: StepPlan, proposed: int) -> None:
         est = self.est
@@ -265,7 +277,9 @@ class CostGate(ScoringGate):
             est.scoring = _ema(est.scoring, step.filter / prior if prior else step.filter)
         est.width_ratio = _ema(est.width_ratio, step.width / proposed)
         est.fixed = _ema(est.fixed, step.propose + step.filter + step.commit)
-        if plan.predicted > 0:
-            rows = len(step.accepted)
-            est.accepted = ACCEPT_DECAY * est.accepted + float(step.accepted.sum()) - rows
-            est.predicted = ACCEPT_DECAY * est.predicted + plan.predicted
+        if plan.predicted:
+            # a row that accepted k candidates accepted one at each depth 1 .. k (the bonus token is none)
+            drafted = np.minimum(np.asarray(step.accepted) - 1, DEPTHS)
+            at_depth = (drafted[:, None] >= np.arange(1, DEPTHS + 1)).sum(0)
+            est.accepted = ACCEPT_DECAY * est.accepted + at_depth
+            est.predicted = ACCEPT_DECAY * est.predicted + np.asarray(plan.predicted)

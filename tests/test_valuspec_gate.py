@@ -16,7 +16,7 @@ import specdec
 from conftest import make_model, perturbed, ragged_prompts
 from specdec.calibration import calibrate
 from specdec.cost import Curve
-from specdec.gate import CostGate, StepPlan
+from specdec.gate import DEPTHS, CostGate, StepPlan
 from specdec.planner import StepRecord
 from specdec.tree import TreeBatch, unpack_bits
 from specdec.valuspec import BranchScorer, ValuSpecFilter, fill_to_width, keep_branches
@@ -145,7 +145,8 @@ def test_probe_interval_doubles_while_probes_find_no_pay_and_resets_on_a_paying_
 
 def sized(gate: CostGate, tree: TreeBatch, keep: torch.Tensor, scores: torch.Tensor, active: torch.Tensor):
     keep2, predicted = gate.size(tree, keep, scores, active)
-    return keep2, float(predicted)
+    assert predicted.shape == (DEPTHS,)
+    return keep2, predicted.tolist()
 
 
 def test_size_picks_the_width_with_the_most_tokens_per_second_worked_example():
@@ -163,7 +164,7 @@ def test_size_picks_the_width_with_the_most_tokens_per_second_worked_example():
     tree = TreeBatch.from_parents([[7, 3, 4, 5]], [[-1, 0, 0, 0]], [4])
     scores = torch.tensor([[0.0, math.log(0.5), math.log(0.9), math.log(0.1)]])
     keep, predicted = sized(gate, tree, tree.valid.clone(), scores, torch.tensor([True]))
-    assert keep.tolist() == [[True, True, True, False]] and predicted == pytest.approx(1.4)
+    assert keep.tolist() == [[True, True, True, False]] and predicted == pytest.approx([1.4] + [0.0] * (DEPTHS - 1))
     cheap_root = replace(model, verify_points=Curve.through(x, [1e-3, 5e-3, 6e-3, 10e-3, 70e-3]))
     gate = CostGate(cheap_root, online=False)
     gate.start(state)
@@ -176,9 +177,10 @@ def test_size_picks_the_width_with_the_most_tokens_per_second_worked_example():
 
 @pytest.mark.parametrize("seed", range(5))
 def test_size_against_brute_force(seed):
-    """Every width W from 2 is priced as sum over active rows (1 + a * top W - 1 path probabilities of the
-    kept nodes) / (F + V(W)), the best W wins (the narrowest on ties), each row keeps its top W - 1 (ties
-    to the lower index), and the result stays closed under ancestors."""
+    """Every width W from 2 is priced as sum over active rows (1 + the row's top W - 1 values of the kept
+    nodes) / (F + V(W)), a node's value being a_d * P by its depth d, least along its root path; the best W
+    wins (the narrowest on ties), each row keeps its top W - 1 (ties to the lower index), the result stays
+    closed under ancestors, and the prediction is the sized nodes' P summed by depth."""
     rng = np.random.default_rng(seed)
     tree = random_tree(rng, 4, 13)
     node_lp = torch.tensor(rng.uniform(-1.5, 0.0, (4, 13)).round(1), dtype=torch.float32)  # exact 0s: ties
@@ -188,39 +190,47 @@ def test_size_against_brute_force(seed):
     model = priced(float(rng.uniform(2e-4, 2e-3)))
     gate = CostGate(model, online=False)
     gate.start(state_for(*ragged_prompts([4, 5, 6, 7])))
-    gate.est.fixed, gate.est.accepted, gate.est.predicted = 2e-3, 3.0, 2.0  # a = 1.5
+    a = 1.0 + 0.5 * np.arange(1, DEPTHS + 1)  # a_d = 1.5, 2, 2.5, ...: deeper nodes undervalued more
+    gate.est.fixed, gate.est.accepted, gate.est.predicted = 2e-3, 10 * a - 1, np.full(DEPTHS, 9.0)
+    assert gate.est.accept_scale == pytest.approx(a)
     got, predicted = sized(gate, tree, keep, scores, active)
-    parents = tree.parents.tolist()
-    node_p = torch.exp(scores * tree.depth).tolist()  # P as the module defines it: least along the root path
-    path_p = [[min(node_p[b][j] for j in range(13) if j == i or unpack_bits(tree.ancestor_mask, 13)[b, i, j])
-               for i in range(13)] for b in range(4)]
-    ranked = [sorted((i for i in range(1, 13) if keep[b, i]), key=lambda i: (-path_p[b][i], i)) for b in range(4)]
+    parents, depth = tree.parents.tolist(), tree.depth.tolist()
+    node_p = torch.exp(scores * tree.depth).tolist()
+    ancestor = unpack_bits(tree.ancestor_mask, 13).tolist()
+    value = [[min(a[depth[b][j] - 1] * node_p[b][j] if j else math.inf for j in range(13) if ancestor[b][i][j])
+              for i in range(13)] for b in range(4)]
+    ranked = [sorted((i for i in range(1, 13) if keep[b, i]), key=lambda i: (-value[b][i], i)) for b in range(4)]
     width_max = int(keep.sum(1).max())
     rates = []
     for w in range(2, width_max + 1):  # from 2: the rule kept candidates, sizing keeps at least one
-        tokens = sum(1 + 1.5 * sum(path_p[b][i] for i in ranked[b][:w - 1]) for b in range(4) if active[b])
+        tokens = sum(1 + sum(value[b][i] for i in ranked[b][:w - 1]) for b in range(4) if active[b])
         rates.append(tokens / (2e-3 + float(model.verify_seconds(w))))
     best = int(np.argmax(rates)) + 2
+    want_by_depth = [0.0] * DEPTHS
     for b in range(4):
         want = {0, *ranked[b][:best - 1]} if tree.num_nodes[b] > 0 else set()
         assert {i for i in range(13) if got[b, i]} == want, b
         assert all(parents[b][i] in want for i in want if i > 0), b
-    assert predicted == pytest.approx(sum(sum(path_p[b][i] for i in ranked[b][:best - 1]) for b in range(4)
-                                          if active[b]), rel=1e-4)
+        for i in ranked[b][:best - 1] if active[b] else ():
+            want_by_depth[depth[b][i] - 1] += node_p[b][i]
+    assert predicted == pytest.approx(want_by_depth, rel=1e-4, abs=1e-6)
     assert 1 < best < width_max  # these costs put the optimum inside: the cut and the rule both matter
 
 
-def test_size_learns_the_acceptance_scale_from_what_was_accepted():
-    """The scorer predicted 1 accepted candidate per row; the target accepted 3 (bonus excluded): after
-    enough steps the scale reads about 3, so sizing values every node three times as much."""
+def test_size_learns_the_acceptance_scale_by_depth_from_what_was_accepted():
+    """Two rows accept 3 candidates each (bonus excluded): one at each of depths 1, 2, 3. The scorer
+    predicted 2, 1 and 0.5 there: after enough steps the scales read 1, 2 and 4, and 1 (the prior) where
+    nothing was predicted or accepted."""
     gate = CostGate(priced(1e-4), online=False)
     state = state_for(*ragged_prompts([4, 6]))
     gate.start(state)
-    for _ in range(200):
-        gate.record(StepRecord(4, np.array([4, 4]), 1e-3, 1e-3, 1e-3, 1e-4), StepPlan(predicted=2.0), 8)
-    assert gate.est.accept_scale == pytest.approx(3.0, rel=0.01)
-    gate.record(StepRecord(4, np.array([4, 4]), 1e-3, 1e-3, 1e-3, 1e-4), StepPlan(predicted=0.0), 8)
-    assert gate.est.accept_scale == pytest.approx(3.0, rel=0.01)  # an unsized step teaches nothing
+    predicted = (2.0, 1.0, 0.5) + (0.0,) * (DEPTHS - 3)
+    for _ in range(300):
+        gate.record(StepRecord(4, np.array([4, 4]), 1e-3, 1e-3, 1e-3, 1e-4), StepPlan(predicted=predicted), 8)
+    want = [1.0, 2.0, 4.0] + [1.0] * (DEPTHS - 3)
+    assert gate.est.accept_scale == pytest.approx(want, rel=0.05)  # the prior weighs 1 against ~33 steps
+    gate.record(StepRecord(4, np.array([1, 1]), 1e-3, 1e-3, 1e-3, 1e-4), StepPlan(), 8)
+    assert gate.est.accept_scale == pytest.approx(want, rel=0.05)  # an unsized step teaches nothing
 
 
 @pytest.mark.parametrize("kw, match", [({"cost_model": 1.0}, "cost_model: expected a CostModel or a Profile"),
