@@ -22,12 +22,14 @@ the StepRecords the generation loop measured anyway; no sync is added)::
   without a draft gives no prior: the scorer's measured seconds are used directly.
 
 Before anything is measured the gate scores (a probe); when even pruning every row to its root could not
-pay (``V(W) - V(1)`` below the predicted scoring), it never scores. Otherwise it probes both ways, so that
+pay (``V(W) - V(1)`` below the predicted scoring), it does not score, except, when that prediction comes
+from measured scoring (online), the skipping probes below. Otherwise it probes both ways, so that
 both sides of its test stay measured: while it skips scoring, a step is scored after `probe_every` skipped
 ones (the scoring's cost and the width it leaves); while it scores, a step goes whole after `probe_every`
 scored ones (online only: the verification of the full width, which a scoring gate never sees otherwise). Each probe
 doubles the wait for the next of its kind, up to `MAX_PROBE_EVERY` (a batch size whose answer does not
-change spends little on asking again); a step decided on its merits resets it.
+change spends little on asking again), unless a scoring probe moved the scoring's estimate by 10% or
+more; a step decided on its merits resets it.
 
 Sizing (``size=True``): the threshold rule keeps what the scorer deems likely, not what pays. On a scored
 step each row's kept nodes are ranked by their path probability P under the scorer (a parent's is at least
@@ -75,6 +77,7 @@ __all__ = ["StepPlan", "ScoringGate", "CostGate", "MARGIN", "PROBE_EVERY", "MAX_
 MARGIN = 0.1  # the saving must beat the scoring by 10%
 PROBE_EVERY = 16  # while skipping, the first probe comes after this many skipped steps ...
 MAX_PROBE_EVERY = 256  # ... and each probe that finds no pay doubles the interval, up to this
+PROBE_AGREE = math.log(1.1)  # ... when its measurement moved the scoring estimate by less than 10%
 WEIGHT = 0.25  # weight of a new observation in the estimates' moving averages
 WIDTH_PRIOR = 0.5  # the width ratio before any step is scored
 CLIP = 4.0  # one observation moves an estimate at most this factor (a preempted step is not the norm)
@@ -210,7 +213,11 @@ class CostGate(ScoringGate):
         bound = cost if cost is not None else prior
         full = self.verify(width, whole=True)
         if bound is not None and full - self.verify(1) <= (1 + self.margin) * bound:
-            return StepPlan(score=False, saving=full - self.verify(1), cost=bound)  # hopeless: no probe
+            # hopeless. Priced by the profile, or offline, that stands; priced by a measurement, it is
+            # probed on the usual schedule: one cold first scoring step (37 ms against a usual 3-5 at
+            # Spec-Bench translation, batch 1) must not stop the gate from ever scoring again
+            probe = self.online and cost is not None and self.probe_every > 0 and est.skipped + 1 >= est.score_every
+            return StepPlan(score=probe, probe=probe, saving=full - self.verify(1), cost=bound)
         if cost is None:  # nothing measured yet
             return StepPlan(score=True, probe=True)
         saving = full - self.verify(max(est.width_ratio * width, 1.0))
@@ -271,10 +278,14 @@ class CostGate(ScoringGate):
             est.skip_every = _doubled(est.skip_every) if plan.probe else self.probe_every
             return
         est.skipped, est.scored = 0, est.scored + 1
-        est.score_every = _doubled(est.score_every) if plan.probe and plan.cost else self.probe_every
         prior = self._prior(proposed)
+        before = est.scoring
         if self.online or prior is None:
             est.scoring = _ema(est.scoring, step.filter / prior if prior else step.filter)
+        # a probe that found the scoring's cost as estimated doubles the wait; one that found it off by more
+        # than PROBE_AGREE keeps probing at the base rate until the estimate has followed
+        agrees = before is not None and abs(math.log(max(est.scoring, 1e-9) / max(before, 1e-9))) < PROBE_AGREE
+        est.score_every = _doubled(est.score_every) if plan.probe and plan.cost and agrees else self.probe_every
         est.width_ratio = _ema(est.width_ratio, step.width / proposed)
         est.fixed = _ema(est.fixed, step.propose + step.filter + step.commit)
         if plan.predicted:

@@ -121,6 +121,29 @@ def test_gate_learns_a_flat_verify_curve_and_stops_scoring():
     assert plan.saving < 5e-4 < 1.1 * plan.cost and gate.verify(64, whole=True) == pytest.approx(5e-3)
 
 
+def test_a_cold_first_scoring_step_does_not_stop_the_gate_for_good():
+    """The first scored step measured 40 ms of scoring (cold), which makes even emptying every row look
+    hopeless; the gate still probes on its schedule (at the base rate while each probe moves the estimate),
+    and once probes bring it down to the usual 1 ms it scores what pays again. Priced by the profile alone
+    (nothing measured), hopeless stays hopeless: no probe (the test above)."""
+    model = priced(1e-4, scoring=1e-3)  # 64 -> 32 nodes saves 3.2 ms
+    gate = CostGate(model, probe_every=4)
+    state = state_for(*ragged_prompts([4, 6]))
+    gate.start(state)
+    first = gate.plan(tree_of_width(64), state)
+    assert first.score and first.probe
+    gate.record(step(32, 40e-3, float(model.verify_seconds(32))), first, 64)
+    plans = []
+    for _ in range(40):
+        plans.append(gate.plan(tree_of_width(64), state))
+        scored = plans[-1].score
+        width = 32 if scored else 64
+        gate.record(step(width, 1e-3 if scored else 1e-5, float(model.verify_seconds(width))), plans[-1], 64)
+    assert not plans[0].score and plans[3].probe and plans[3].score  # hopeless at first, probed on schedule
+    assert [i for i, p in enumerate(plans[:24]) if p.probe] == [3, 7, 11, 15, 19, 23]  # no doubling while it moves
+    assert all(p.score for p in plans[-8:] if not p.probe)  # measured cheap again: it scores what pays
+
+
 def test_probe_interval_doubles_while_probes_find_no_pay_and_resets_on_a_paying_step():
     model = priced(1e-4, scoring=1e-3)  # pruning 16 -> 8 nodes saves 0.8 ms: less than the 1 ms scoring
     gate = CostGate(model, probe_every=4, online=False)
