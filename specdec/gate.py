@@ -70,7 +70,7 @@ from .estimates import OnlineCosts
 from .planner import StepRecord
 from .profiling import Profile
 from .state import DecodeState
-from .tree import TreeBatch, unpack_bits
+from .tree import TreeBatch
 
 __all__ = ["StepPlan", "ScoringGate", "CostGate", "MARGIN", "PROBE_EVERY", "MAX_PROBE_EVERY", "DEPTHS"]
 
@@ -208,6 +208,7 @@ class CostGate(ScoringGate):
 
     def plan(self, tree: TreeBatch, state: DecodeState) -> StepPlan:
         width, est = tree.size, self.est
+        score_probe = self.probe_every > 0 and est.skipped + 1 >= est.score_every  # a skipping gate's probe is due
         prior = self._prior(width)
         cost = None if est.scoring is None else est.scoring * (prior if prior is not None else 1.0)
         bound = cost if cost is not None else prior
@@ -216,7 +217,7 @@ class CostGate(ScoringGate):
             # hopeless. Priced by the profile, or offline, that stands; priced by a measurement, it is
             # probed on the usual schedule: one cold first scoring step (37 ms against a usual 3-5 at
             # Spec-Bench translation, batch 1) must not stop the gate from ever scoring again
-            probe = self.online and cost is not None and self.probe_every > 0 and est.skipped + 1 >= est.score_every
+            probe = self.online and cost is not None and score_probe
             return StepPlan(score=probe, probe=probe, saving=full - self.verify(1), cost=bound)
         if cost is None:  # nothing measured yet
             return StepPlan(score=True, probe=True)
@@ -226,8 +227,7 @@ class CostGate(ScoringGate):
             # online: offline nothing would learn from it)
             skip = self.online and self.probe_every > 0 and est.scored + 1 >= est.skip_every
             return StepPlan(score=not skip, probe=skip, saving=saving, cost=cost)
-        probe = self.probe_every > 0 and est.skipped + 1 >= est.score_every
-        return StepPlan(score=probe, probe=probe, saving=saving, cost=cost)
+        return StepPlan(score=score_probe, probe=score_probe, saving=saving, cost=cost)
 
     def size(self, tree: TreeBatch, keep: Tensor, scores: Tensor, active: Tensor) -> tuple[Tensor, Tensor | None]:
         if not self.sizes:
@@ -242,8 +242,7 @@ class CostGate(ScoringGate):
         path_p = torch.exp(scores * tree.depth)
         value = scale[depth] * path_p
         value[:, 0] = float("inf")
-        on_path = unpack_bits(tree.ancestor_mask, T)  # [B, node, ancestor-or-self]
-        value = torch.where(on_path, value[:, None, :], float("inf")).amin(2).masked_fill(~keep, -1.0)
+        value = tree.path_min(value).masked_fill(~keep, -1.0)
         ranked, order = torch.sort(value, dim=1, descending=True, stable=True)  # ties: lower index (parent) first
         gains = torch.cat([torch.zeros_like(ranked[:, :1]), ranked[:, 1:].clamp(min=0).cumsum(1)], 1)  # [B, T]
         tokens = ((1 + gains) * active[:, None]).sum(0)  # [T]: index w - 1 -> width w

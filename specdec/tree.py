@@ -373,6 +373,15 @@ class TreeBatch:
             return self._kernel_metadata[1]
         return self._ancestor_mask_torch()
 
+    def path_min(self, values: Tensor) -> Tensor:
+        """[B, T]: the least of `values` [B, T] (float) along each node's root path, the node included.
+
+        Example: parents [-1, 0, 1], values [inf, 0.5, 0.9] -> [inf, 0.5, 0.5] (the child never reads above
+        its parent). Padding slots read their own value. A rank by it, ties to the lower index, is closed
+        under ancestors."""
+        on_path = unpack_bits(self.ancestor_mask, self.size)  # [B, node, ancestor-or-self]
+        return torch.where(on_path, values[:, None, :], float("inf")).amin(2)
+
     def _depth_torch(self) -> Tensor:
         """`depth` by pointer jumping in torch (the reference of `ops.tree_metadata`)."""
         depth = (self._parents >= 0).to(torch.int64)

@@ -114,8 +114,7 @@ def fill_to_width(tree: TreeBatch, keep: Tensor, scores: Tensor, taus: Tensor | 
     taus = torch.as_tensor(taus, dtype=torch.float32, device=scores.device).reshape(-1)  # [L]
     bar = taus[tree.depth.clamp(1, taus.shape[0]) - 1]  # [B, T]
     margin = (scores - bar).masked_fill(tree.depth == 0, float("inf"))  # [B, T]: the root never limits a path
-    on_path = unpack_bits(tree.ancestor_mask, T)  # [B, node, ancestor-or-self]
-    worst = torch.where(on_path, margin[:, None, :], float("inf")).amin(2)  # [B, T]
+    worst = tree.path_min(margin)  # [B, T]
     rank_key = torch.where(keep, float("inf"), worst).masked_fill(~tree.valid, float("-inf"))
     order = torch.sort(rank_key, dim=1, descending=True, stable=True).indices  # kept first, then the best cut
     rank = torch.empty_like(order).scatter_(1, order, torch.arange(T, device=order.device).expand(B, T))

@@ -74,6 +74,22 @@ def test_random_ragged_trees(T):
     check_against_walk(tree)
 
 
+def test_path_min_is_the_least_value_on_each_root_path():
+    """The docstring's chain, and a ragged batch (a branching row, a shorter row with padding) against a walk
+    up the parents."""
+    chain = TreeBatch.from_parents([[7, 8, 9]], [[-1, 0, 1]], [3])
+    assert chain.path_min(torch.tensor([[float("inf"), 0.5, 0.9]])).tolist() == [[float("inf"), 0.5, 0.5]]
+    tree = TreeBatch.from_parents([[7, 8, 9, 10, 11], [7, 8, 9, 0, 0]], [[-1, 0, 0, 1, 3], [-1, 0, 1, -1, -1]], [5, 3])
+    values = torch.tensor([[3.0, 1.0, 2.0, 4.0, 0.5], [2.0, 5.0, 1.5, 9.0, 8.0]])
+    got = tree.path_min(values).tolist()
+    for b, n in enumerate(tree.num_nodes.tolist()):
+        for i in range(n):
+            want, j = values[b, i].item(), tree.parents[b, i].item()
+            while j >= 0:
+                want, j = min(want, values[b, j].item()), tree.parents[b, j].item()
+            assert got[b][i] == want, (b, i)
+
+
 def test_pack_unpack_roundtrip_all_bit_positions():
     bits = torch.rand(3, 5, 70) < 0.5
     bits[0, 0, 31] = bits[0, 0, 63] = True  # the sign bits of int32 words
