@@ -207,9 +207,10 @@ class OnlineCosts:
     """A `CostModel` corrected by the loop's timers (module docstring); `online=False` keeps the profile's.
 
     Prices are asked several times per layer, so the corrected verify curve is tabulated per integer width
-    (refreshed after each observation, made non-decreasing from width 2 on: a wider tree never verifies
-    faster, whatever the buckets' corrections say) and the draft's parts likewise: a host float per
-    question, or one numpy call for a vector of widths.
+    (refreshed at the first question after an observation, made non-decreasing from width 2 on: a wider
+    tree never verifies faster, whatever the buckets' corrections say) and the draft's parts likewise: a
+    host float per question, or one numpy call for a vector of widths. A step that asks nothing (a
+    ValuSpec gate's unscored step) does not pay the re-tabulation.
     """
 
     def __init__(self, model: CostModel, online: bool = True):
@@ -224,12 +225,17 @@ class OnlineCosts:
         self.catch_factor, self.layer_factor = 1.0, 1.0
         self._n = np.arange(TABLE, dtype=np.float64)
         self._base = np.concatenate([[0.0], model.verify_seconds(self._n[1:])])  # at the profiled context
+        self._base_list = self._base.tolist()
         self._buckets = np.concatenate([[0], _bucket(self._n[1:])])
         self._bucket_list = self._buckets.tolist()
         drafts = model.draft_layer is not None
         self._layer = [0.0] + model.draft_seconds(self._n[1:]).tolist() if drafts else []
         self._catch = [0.0] + model.catch_up_seconds(self._n[1:]).tolist() if drafts else []
         self._refresh()
+
+    def _current(self) -> None:
+        if self._stale:
+            self._refresh()
 
     def _refresh(self) -> None:
         """Re-tabulate the corrected verify curve: per width bucket, its measured correction shrunk toward
@@ -243,11 +249,27 @@ class OnlineCosts:
             ratio = np.where(seen > 0, ratio, np.interp(np.arange(len(ratio)), known, ratio[known]))
         table = ratio[self._buckets] * self._base
         table[2:] = np.maximum.accumulate(table[2:])
-        self._table, self._table_list = table, table.tolist()
+        self._table, self._table_list, self._stale = table, table.tolist(), False
+
+    def profiled(self, width: float) -> float:
+        """The cost model's verify stage at a padded `width` as profiled (no correction; profiled context); a
+        fractional width (a mean) between two tabulated ones is interpolated."""
+        if 1 <= width < TABLE - 1:
+            low = int(width)
+            base = self._base_list[low]
+            return base if low == width else base + (width - low) * (self._base_list[low + 1] - base)
+        return float(self.model.verify_seconds(width))
+
+    def profiled_draft(self, width: float) -> float:
+        """The cost model's draft forward over `width` nodes per row as profiled (no correction)."""
+        if isinstance(width, int) and 0 < width < TABLE and self._layer:
+            return self._layer[width]
+        return float(self.model.draft_seconds(width))
 
     def verify(self, width: float | np.ndarray, context: float | None = None) -> float | np.ndarray:
         """The verify stage at a padded `width` (an int, or an array of possibly fractional means) and
         `context` tokens, corrected."""
+        self._current()
         factor = self.model.context_factor(context)
         if isinstance(width, int) and 0 < width < TABLE:
             return self._table_list[width] * factor
@@ -255,10 +277,12 @@ class OnlineCosts:
 
     def verify_array(self, context: float | None) -> np.ndarray:
         """[TABLE] float64: the corrected verify stage by padded width (index = width, 0 unused)."""
+        self._current()
         return self._table * self.model.context_factor(context)
 
     def verify_scale(self, width: int, context: float | None) -> float:
         """What multiplies the fitted verify curve at `width`: its correction and the context's factor."""
+        self._current()
         width = min(width, TABLE - 1)
         return self._table_list[width] / self._base[width] * self.model.context_factor(context)
 
@@ -326,13 +350,12 @@ class OnlineCosts:
         if not self.online:
             return
         w = step.width
-        base = self._base[w] if w < TABLE else float(self.model.verify_seconds(w))
-        ratio = step.verify / (base * self.model.context_factor(context))
+        ratio = step.verify / (self.profiled(w) * self.model.context_factor(context))
         b = self._bucket_list[w] if w < TABLE else int(_bucket(w))
         self.verify_level = self._ema(self.verify_level, ratio)
         self.verify_ratio[b] = self._ema(self.verify_ratio[b], ratio) if self.verify_seen[b] else ratio
         self.verify_seen[b] = min(self.verify_seen[b] + 1, 1 / COST_WEIGHT)
-        self._refresh()
+        self._stale = True
 
     def _ema(self, old: float, new: float, weight: float = COST_WEIGHT) -> float:
         if not self.online:

@@ -198,13 +198,13 @@ class CostGate(ScoringGate):
 
     def _prior(self, width: int) -> float | None:
         """The profile's scorer forward over `width` nodes per row (None: profiled without a draft)."""
-        return None if self.cost.draft_layer is None else float(self.cost.draft_seconds(width))
+        return None if self.cost.draft_layer is None else self.est.costs.profiled_draft(width)
 
     def verify(self, width: float, whole: bool = False) -> float:
         """The verify stage at a padded `width`: the cost model's, corrected by what was measured on the
         scored steps (the widths pruning leaves) or, `whole`, on the unscored ones (the widths proposed)."""
         ratio = self.est.whole if whole and self.est.whole is not None else self.est.cut
-        return ratio * float(self.cost.verify_seconds(width))
+        return ratio * self.est.costs.profiled(width)
 
     def plan(self, tree: TreeBatch, state: DecodeState) -> StepPlan:
         width, est = tree.size, self.est
@@ -263,7 +263,7 @@ class CostGate(ScoringGate):
 
     def record(self, step: StepRecord, plan: StepPlan, proposed: int) -> None:
         est = self.est
-        base = float(self.cost.verify_seconds(step.width))
+        base = est.costs.profiled(step.width)
         if self.online and base > 0 and step.verify > 0:
             if plan.score:
                 est.cut = _ema(est.cut, step.verify / base)

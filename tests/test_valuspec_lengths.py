@@ -208,6 +208,36 @@ def counting(scorer: BranchScorer) -> list[int]:
 
 
 @pytest.mark.hf
+@pytest.mark.parametrize("fold", [2, 64], ids=["fold2", "fold64"])
+@pytest.mark.parametrize("lengths", [[7], [5, 11, 8]], ids=["batch1", "ragged3"])
+def test_unscored_steps_are_counted_like_scored_ones(tmp_path, monkeypatch, lengths, fold):
+    """Unscored trees are counted in folds of up to FOLD steps (copied, then reduced together); an audited
+    run counts every step at once. Same trees, same counts: rows, trees the supplier left empty, branches,
+    nodes, kept ones, accepted tokens; with every other step scored too."""
+    monkeypatch.setattr(specdec.valuspec, "FOLD", fold)
+    target = make_model("qwen2")
+    noisy = perturbed(target)
+    ids, mask = ragged_prompts(lengths)
+    ref = reference(target, ids, mask, 24, eos=None)
+    store = store_of_outputs(tmp_path, ids, mask, ref[:, ids.shape[1]:ids.shape[1] + 16])
+    cal = calibrate(target, noisy, [[5, 6, 7, 8, 9], [20, 30, 40, 50]], max_new_tokens=16, window=4, delta=0.4)
+    fields = ("rows", "supplier_empty", "filter_emptied", "branches", "branches_kept", "nodes", "nodes_kept",
+              "accepted", "unscored", "steps", "steps_unscored", "width_proposed", "width_verified")
+    for rule in (lambda n: False, lambda n: n % 2 == 0):
+        counts = []
+        for audit in (False, True):
+            gen = specdec.SpeculativeGenerator(
+                target, specdec.RetrievalSupplier(store, continuation=6, budget=12),
+                filter=ValuSpecFilter(BranchScorer(noisy), cal, unit="branch", gate=ScheduledGate(rule), audit=audit))
+            out = gen.generate(ids, attention_mask=mask, max_new_tokens=24, pad_token_id=0, eos_token_id=[])
+            assert torch.equal(out.sequences, ref)
+            counts.append({k: getattr(out.stats.filter, k) for k in fields})
+        assert counts[0] == counts[1]
+        assert counts[0]["steps_unscored"] >= 2  # with FOLD = 2 a fold runs inside the loop, not only at the report
+        assert counts[0]["branches"] > 0 and counts[0]["rows"] >= counts[0]["steps"]
+
+
+@pytest.mark.hf
 @pytest.mark.parametrize("lengths", [[7], [5, 11, 8]], ids=["batch1", "ragged3"])
 def test_gate_decides_which_steps_are_scored(tmp_path, lengths):
     """A gate that never scores: no scorer forward, trees verified whole; always: every step scored,
