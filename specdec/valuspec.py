@@ -369,8 +369,8 @@ class ValuSpecFilter(TreeFilter):
             self._audit_seconds = _synced_clock(tree.device) - start
         width = None
         if predicted is not None:  # the compaction's one sync brings the gate's prediction along
-            width, *expected = torch.cat([keep.sum(1).amax().to(predicted.dtype).view(1), predicted]).tolist()
-            plan = replace(plan, predicted=tuple(expected))
+            width, *expected, retained = torch.cat([keep.sum(1).amax().to(predicted.dtype).view(1), predicted]).tolist()
+            plan = replace(plan, predicted=tuple(expected), retained=retained)
         out = compact(tree, keep, None if width is None else int(width)) if plan.score else tree
         self._plan, self._proposed = plan, tree.size
         self._steps["steps"] += 1

@@ -84,6 +84,31 @@ def test_gate_probes_then_scores_what_pays_and_probes_again_while_skipping():
     assert plans[0].saving == pytest.approx(8e-4) and plans[0].cost == pytest.approx(1e-3)
 
 
+def test_gate_prices_the_tokens_sizing_cuts():
+    """Pruning 64 nodes to 32 saves 3.2 ms of verification against 1 ms of scoring. Once the sized steps are
+    measured to keep 90% of the whole tree's predicted tokens and an unscored step takes 10 ms, the cut
+    tokens cost 1 ms more: still scored; at 75% they cost 2.5 ms and the tree goes whole."""
+    model = priced(1e-4, scoring=1e-3)
+    gate = CostGate(model, probe_every=0)
+    state = state_for(*ragged_prompts([4, 6]))
+    gate.start(state)
+    gate.record(step(32, 1e-3, float(model.verify_seconds(32))), gate.plan(tree_of_width(64), state), 64)
+    assert gate.est.retained is None and gate.plan(tree_of_width(64), state).saving == pytest.approx(3.2e-3)
+    gate.record(step(32, 1e-3, float(model.verify_seconds(32))), StepPlan(predicted=(1.0,) * DEPTHS, retained=0.9), 64)
+    gate.record(StepRecord(64, np.array([2, 1]), 2.58e-3, 1e-5, 7.4e-3, 1e-5), StepPlan(score=False), 64)  # V(64)
+    assert gate.est.retained == pytest.approx(0.9) and gate.est.whole_step == pytest.approx(10e-3)
+    plan = gate.plan(tree_of_width(64), state)
+    assert plan.score and plan.saving == pytest.approx(3.2e-3 - 1e-3)
+    gate.est.retained = 0.75
+    plan = gate.plan(tree_of_width(64), state)
+    assert not plan.score and plan.saving == pytest.approx(3.2e-3 - 2.5e-3)
+    offline = CostGate(model, probe_every=0, online=False)  # C: the cost model's loop and V(64)
+    offline.start(state)
+    offline.est.scoring, offline.est.retained, offline.est.whole_step = 1.0, 0.75, 1.0
+    loss = 0.25 * (float(model.loop) + float(model.verify_seconds(64)))
+    assert offline.plan(tree_of_width(64), state).saving == pytest.approx(3.2e-3 - loss)
+
+
 def test_gate_learns_the_measured_costs():
     """Scoring measured at 4x its prior and verification at 3x the model: the decisions follow."""
     model = priced(1e-4, scoring=1e-3)
@@ -168,8 +193,8 @@ def test_probe_interval_doubles_while_probes_find_no_pay_and_resets_on_a_paying_
 
 def sized(gate: CostGate, tree: TreeBatch, keep: torch.Tensor, scores: torch.Tensor, active: torch.Tensor):
     keep2, predicted = gate.size(tree, keep, scores, active)
-    assert predicted.shape == (DEPTHS,)
-    return keep2, predicted.tolist()
+    assert predicted.shape == (DEPTHS + 1,)
+    return keep2, predicted.tolist()[:DEPTHS]
 
 
 def test_size_picks_the_width_with_the_most_tokens_per_second_worked_example():
@@ -188,6 +213,8 @@ def test_size_picks_the_width_with_the_most_tokens_per_second_worked_example():
     scores = torch.tensor([[0.0, math.log(0.5), math.log(0.9), math.log(0.1)]])
     keep, predicted = sized(gate, tree, tree.valid.clone(), scores, torch.tensor([True]))
     assert keep.tolist() == [[True, True, True, False]] and predicted == pytest.approx([1.4] + [0.0] * (DEPTHS - 1))
+    # retained: 1 + 0.9 + 0.5 of the whole tree's 1 + 0.9 + 0.5 + 0.1 predicted tokens
+    assert gate.size(tree, tree.valid.clone(), scores, torch.tensor([True]))[1][-1].item() == pytest.approx(2.4 / 2.5)
     cheap_root = replace(model, verify_points=Curve.through(x, [1e-3, 5e-3, 6e-3, 10e-3, 70e-3]))
     gate = CostGate(cheap_root, online=False)
     gate.start(state)
@@ -398,6 +425,11 @@ def test_identity_with_the_gate_eagle(tmp_path, lengths):
 @pytest.mark.parametrize("method", ["chain", "smart", "prompt_lookup"])
 def test_identity_with_the_gate_other_suppliers(method, lengths):
     """The suppliers the tests above leave out, under a gate that scores every step and sizes, both units."""
+
+    class Always(CostGate):  # sizes as the cost gate does, scores whatever its price
+        def plan(self, tree, state):
+            return StepPlan()
+
     target = make_model("llama")
     noisy = perturbed(target)
     ids, mask = ragged_prompts(lengths)
@@ -409,7 +441,7 @@ def test_identity_with_the_gate_other_suppliers(method, lengths):
                                                            topk=3, frontier=2, max_depth=4),
                     "prompt_lookup": lambda: specdec.PromptLookupSupplier(max_ngram=3, num_pred=5, max_matches=3),
                     }[method]()
-        out = run(target, supplier, ValuSpecFilter(noisy, cal, unit=unit, gate=CostGate(MODERATE, online=False)), ids,
+        out = run(target, supplier, ValuSpecFilter(noisy, cal, unit=unit, gate=Always(MODERATE, online=False)), ids,
                   mask)
         assert torch.equal(out.sequences, ref), unit
         f = out.stats.filter
