@@ -120,6 +120,21 @@ def test_online_costs_follow_the_timers_in_level_and_shape():
     assert costs.draft(2, 2, 4) == pytest.approx(want, rel=0.05)
 
 
+def test_online_costs_learn_the_slope_between_nearby_widths():
+    """A profile flat from 8 to 14 nodes (a batch-1 CPU) while the loop measures 14 nodes 40% dearer than 8:
+    each width up to FINE has its own correction, so a planner choosing between them sees the slope (one
+    correction for widths 8-15 priced both alike); an unmeasured width between them is interpolated."""
+    model = make_cost(ar_step=4e-3, loop=5e-4)
+    model = replace(model, use_fit=False, verify_points=Curve.through((1.0, 2.0, 16.0, 64.0), [4e-3, 5e-3, 5e-3, 9e-3]))
+    costs = OnlineCosts(model)
+    for i in range(80):
+        width = (8, 14)[i % 2]
+        costs.observe_verify(record(width, 5e-3 if width == 8 else 7e-3), None)
+    assert costs.verify(14) / costs.verify(8) > 1.2  # 1.4 measured; the shrink toward the level takes some
+    assert costs.verify(8) < costs.verify(11) < costs.verify(14)
+    assert costs.verify(8) == pytest.approx(5e-3, rel=0.1) and costs.verify(14) == pytest.approx(7e-3, rel=0.1)
+
+
 def test_frozen_costs_stay_the_profiles():
     model = make_cost(ar_step=4e-3, loop=5e-4)
     costs = OnlineCosts(model, online=False)
