@@ -61,7 +61,8 @@ class Calibration:
 
     def __call__(self, p: np.ndarray) -> np.ndarray:
         """The calibrated acceptance of nodes with conditional probabilities p (any shape, in [0, 1])."""
-        return self.table[np.clip(np.searchsorted(EDGES, p, side="right") - 1, 0, len(self.table) - 1)]
+        bins = np.searchsorted(EDGES, p, side="right") - 1  # ufuncs, not np.clip's slower wrapper (per layer)
+        return self.table[np.minimum(np.maximum(bins, 0), len(self.table) - 1)]
 
     def observe(self, p: np.ndarray, accepted: np.ndarray) -> None:
         """Nodes the target tested: their conditional probabilities and whether it accepted them."""
