@@ -68,12 +68,12 @@ class Calibration:
         """Nodes the target tested: their conditional probabilities and whether it accepted them."""
         if p.size == 0:
             return
-        b = np.clip(np.searchsorted(EDGES, p, side="right") - 1, 0, len(self.table) - 1)
+        b = np.minimum(np.maximum(np.searchsorted(EDGES, p, side="right") - 1, 0), len(self.table) - 1)
         self.tested = DECAY * self.tested + np.bincount(b, minlength=len(self.table))
         self.accepted = DECAY * self.accepted + np.bincount(b, weights=accepted.astype(np.float64),
                                                             minlength=len(self.table))
         rate = (self.accepted + PRIOR * self.centers) / (self.tested + PRIOR)
-        self.table = np.clip(_isotonic(rate, self.tested + PRIOR), 0.0, 1.0)
+        self.table = np.minimum(np.maximum(_isotonic(rate, self.tested + PRIOR), 0.0), 1.0)
 
 
 def _isotonic(values: np.ndarray, weights: np.ndarray) -> np.ndarray:

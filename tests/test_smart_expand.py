@@ -268,3 +268,21 @@ def test_gpu_real_size(dtype, benefit):
     assert not (differ & ~near).any()
     assert ((out.tree_size - ref.tree_size).abs() <= 1).all()
     assert (out.tree_size == ref.tree_size).float().mean() > 0.9
+
+
+@pytest.mark.parametrize("values", ["distinct", "ties", "signed_zeros"])
+def test_top_children_matches_the_key_order_on_cpu(values):
+    """The CPU path of `_top_children` (topk over floats; sorting only where the k + 1 largest hold a tie)
+    returns exactly the key reference's children: value descending, index ascending, -0.0 as +0.0."""
+    from specdec.ops.smart_expand import _desc_key, _top_children
+
+    g = torch.Generator().manual_seed(7)
+    for _ in range(300):
+        shape = tuple(int(torch.randint(lo, hi, (1,), generator=g)) for lo, hi in ((1, 4), (1, 5), (3, 40)))
+        k = int(torch.randint(1, min(8, shape[-1]), (1,), generator=g))
+        x = torch.randn(shape, generator=g)
+        if values == "ties":
+            x = torch.randint(-3, 3, shape, generator=g).float()
+        elif values == "signed_zeros":
+            x = torch.where(torch.rand(shape, generator=g) < 0.3, torch.tensor(-0.0), torch.where(x > 0, x, 0.0))
+        assert torch.equal(_top_children(x, k), torch.topk(_desc_key(x), k, dim=-1).indices), (shape, k)

@@ -193,12 +193,15 @@ def _top_children(x: Tensor, k: int) -> Tensor:
 
     On a CPU a float top-(k + 1) finds the same set unless the k-th and (k + 1)-th values tie (then the keys
     decide, for every slot: reading that flag is a memory read there, no device sync); ties inside the set
-    are put in index order by a stable sort of k values. Measured on a 2-core CPU, V = 4096, [16, 8] slots,
+    are put in index order by a stable sort of k values, and with no tie among the k + 1 largest (the usual
+    case) topk's order is already the key order. Measured on a 2-core CPU, V = 4096, [16, 8] slots,
     k = 8: 0.5 ms against 9 ms for the int64 keys of every logit. Elsewhere (the reference on a GPU) the keys.
     """
     if x.device.type != "cpu" or k >= x.shape[-1]:
         return torch.topk(_desc_key(x), k, dim=-1).indices
     values, index = torch.topk(x, k + 1, dim=-1)
+    if not bool((values[..., :-1] == values[..., 1:]).any()):  # no tie among the k + 1 largest (the usual
+        return index[..., :k]  # case): topk's value order is the key order; no sorting (~30 us a layer on a CPU)
     if bool((values[..., k - 1] == values[..., k]).any()):  # a tie at the cut: only the keys know who is in
         return torch.topk(_desc_key(x), k, dim=-1).indices
     index, by_index = torch.sort(index[..., :k], dim=-1)
