@@ -25,7 +25,7 @@ from .cost import CostModel
 from .datastore import Datastore
 from .eagle import EagleHead
 from .generate import SpeculativeGenerator, Stats, TreeFilter
-from .profiling import Profile
+from .profiling import Profile, device_name
 from .sampling import GREEDY, Sampling
 from .suppliers import (ARSupplier, DraftSupplier, EagleSupplier, PromptLookupSupplier, RetrievalSupplier, SmartSupplier,
                         Supplier)
@@ -55,8 +55,10 @@ def environment() -> dict:
                                 cwd=Path(__file__).resolve().parent).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""
-    info = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else f"cpu ({platform.machine()}, "
-            f"{torch.get_num_threads()} threads)", "torch": torch.__version__, "python": platform.python_version(),
+    # the CPU's name as profiles record it (model, family and model numbers, threads): "cpu (x86_64, 2
+    # threads)" named two machines alike of which one decoded twice as fast
+    info = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else device_name(torch.device("cpu")),
+            "torch": torch.__version__, "python": platform.python_version(),
             "commit": commit or "unknown", "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
     for lib in ("triton", "transformers"):
         try:

@@ -53,18 +53,34 @@ AR_STEPS = 8  # timed plain-decoding steps per repeat
 
 
 def device_name(device: torch.device) -> str:
-    """A stable name for the timing device: the GPU's name, or the CPU's model and thread count."""
+    """A stable name for the timing device: the GPU's name, or the CPU's model, family and thread count.
+
+    The family and model numbers are part of it because a cloud CPU's model name can be as vague as "AMD
+    EPYC": two machines of that name, one decoding twice as fast as the other, shared it, and a profile
+    cached on one (keyed by this name) would have priced the other without a warning."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    model = platform.machine()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+        cpuinfo = Path("/proc/cpuinfo").read_text()
     except OSError:
-        pass  # no /proc/cpuinfo (not Linux): the generic name stays
-    return f"cpu {model} ({torch.get_num_threads()} threads)"
+        cpuinfo = ""  # not Linux: the generic name
+    return f"cpu {cpu_description(cpuinfo)} ({torch.get_num_threads()} threads)"
+
+
+def cpu_description(cpuinfo: str) -> str:
+    """The first processor's model name, with its family and model numbers when /proc/cpuinfo gives them
+    (x86), from the text of /proc/cpuinfo; the machine type when it names none."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            break  # the first processor's block ends
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name") or platform.machine()
+    if "cpu family" in fields and "model" in fields:
+        return f"{name}, family {fields['cpu family']} model {fields['model']}"
+    return name
 
 
 def model_name(model: PreTrainedModel | None) -> str | None:

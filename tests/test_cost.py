@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import platform
 
 import numpy as np
 import pytest
@@ -218,6 +219,22 @@ def test_mismatched_models_raise_and_another_device_warns():
     same = CostModel.fit(synthetic_profile(target="org/target", device="some GPU"), 1)
     with pytest.warns(UserWarning, match="profiled on some GPU in float32, running on cpu"):
         check_compatible(same, target)
+
+
+def test_cpu_description_tells_cpus_of_one_model_name_apart():
+    """Two CPUs both named "AMD EPYC" (one decoded twice as fast as the other) differ by family and model;
+    the first processor's block counts; without those fields (an ARM board), the model name alone, and
+    without that the machine type."""
+    from specdec.profiling import cpu_description
+
+    def info(family, model):
+        return (f"processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: {family}\nmodel\t\t: {model}\n"
+                f"model name\t: AMD EPYC\nflags\t\t: fpu\n\nprocessor\t: 1\ncpu family\t: 99\nmodel\t\t: 9\n")
+
+    assert cpu_description(info(26, 2)) == "AMD EPYC, family 26 model 2"
+    assert cpu_description(info(25, 1)) != cpu_description(info(26, 2))
+    assert cpu_description("processor\t: 0\nmodel name\t: Cortex-A72\n") == "Cortex-A72"
+    assert cpu_description("") == platform.machine()
 
 
 @pytest.mark.filterwarnings("ignore:cost model at batch")  # a tiny model's timings may not fit a curve
