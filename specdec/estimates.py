@@ -59,16 +59,19 @@ class Calibration:
         self.centers = (EDGES[:-1] + EDGES[1:]) / 2
         self.table = self.centers.copy()
 
+    def _bins(self, p: np.ndarray) -> np.ndarray:
+        """Each probability's bin (1.0 in the last); ufuncs, not np.clip's slower wrapper: asked every layer."""
+        return np.minimum(np.maximum(np.searchsorted(EDGES, p, side="right") - 1, 0), len(self.table) - 1)
+
     def __call__(self, p: np.ndarray) -> np.ndarray:
         """The calibrated acceptance of nodes with conditional probabilities p (any shape, in [0, 1])."""
-        bins = np.searchsorted(EDGES, p, side="right") - 1  # ufuncs, not np.clip's slower wrapper (per layer)
-        return self.table[np.minimum(np.maximum(bins, 0), len(self.table) - 1)]
+        return self.table[self._bins(p)]
 
     def observe(self, p: np.ndarray, accepted: np.ndarray) -> None:
         """Nodes the target tested: their conditional probabilities and whether it accepted them."""
         if p.size == 0:
             return
-        b = np.minimum(np.maximum(np.searchsorted(EDGES, p, side="right") - 1, 0), len(self.table) - 1)
+        b = self._bins(p)
         self.tested = DECAY * self.tested + np.bincount(b, minlength=len(self.table))
         self.accepted = DECAY * self.accepted + np.bincount(b, weights=accepted.astype(np.float64),
                                                             minlength=len(self.table))

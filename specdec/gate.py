@@ -19,9 +19,10 @@ the StepRecords the generation loop measured anyway; no sync is added)::
   from a prior of one half);
 - q: the share of the whole tree's predicted tokens that a scored step keeps (EMA over the sized steps,
   from sizing's own prediction; 1 before any), and C the measured seconds of an unscored step (offline:
-  the cost model's loop and V(W)): tokens cut are seconds spent again to produce them. Without that term the gate scored a third of the batch-1
-  retrieval steps on HumanEval (saving 2.6 ms of verification for 2.5 ms of scoring, as predicted, and
-  losing 1.3% of the accepted tokens to sizing's cuts), and ran 4% below the unfiltered trees;
+  the cost model's loop and V(W)): tokens cut are seconds spent again to produce them. Without that term
+  the gate scored a third of the batch-1 retrieval steps on HumanEval (saving 2.6 ms of verification for
+  2.5 ms of scoring, as predicted, and losing 1.3% of the accepted tokens to sizing's cuts), and ran 4%
+  below the unfiltered trees;
 - S(W): the profile's draft forward over W nodes (`CostModel.draft_seconds`: ValuSpec's scorer is the
   draft model), ``k`` its measured correction from the filter stage's time on scored steps. A profile
   without a draft gives no prior: the scorer's measured seconds are used directly.
