@@ -207,6 +207,18 @@ def counting(scorer: BranchScorer) -> list[int]:
     return calls
 
 
+def retrieval_case(tmp_path, lengths: list[int]):
+    """A tiny Qwen2 target, a perturbed copy as scorer, ragged prompts, their 24-token greedy reference, a
+    datastore of their continuations and a calibration: (target, scorer, ids, mask, ref, store, cal)."""
+    target = make_model("qwen2")
+    noisy = perturbed(target)
+    ids, mask = ragged_prompts(lengths)
+    ref = reference(target, ids, mask, 24, eos=None)
+    store = store_of_outputs(tmp_path, ids, mask, ref[:, ids.shape[1]:ids.shape[1] + 16])
+    cal = calibrate(target, noisy, [[5, 6, 7, 8, 9], [20, 30, 40, 50]], max_new_tokens=16, window=4, delta=0.4)
+    return target, noisy, ids, mask, ref, store, cal
+
+
 @pytest.mark.hf
 @pytest.mark.parametrize("fold", [2, 64], ids=["fold2", "fold64"])
 @pytest.mark.parametrize("lengths", [[7], [5, 11, 8]], ids=["batch1", "ragged3"])
@@ -215,12 +227,7 @@ def test_unscored_steps_are_counted_like_scored_ones(tmp_path, monkeypatch, leng
     run counts every step at once. Same trees, same counts: rows, trees the supplier left empty, branches,
     nodes, kept ones, accepted tokens; with every other step scored too."""
     monkeypatch.setattr(specdec.valuspec, "FOLD", fold)
-    target = make_model("qwen2")
-    noisy = perturbed(target)
-    ids, mask = ragged_prompts(lengths)
-    ref = reference(target, ids, mask, 24, eos=None)
-    store = store_of_outputs(tmp_path, ids, mask, ref[:, ids.shape[1]:ids.shape[1] + 16])
-    cal = calibrate(target, noisy, [[5, 6, 7, 8, 9], [20, 30, 40, 50]], max_new_tokens=16, window=4, delta=0.4)
+    target, noisy, ids, mask, ref, store, cal = retrieval_case(tmp_path, lengths)
     fields = ("rows", "supplier_empty", "filter_emptied", "branches", "branches_kept", "nodes", "nodes_kept",
               "accepted", "unscored", "steps", "steps_unscored", "width_proposed", "width_verified")
     for rule in (lambda n: False, lambda n: n % 2 == 0):
@@ -243,12 +250,7 @@ def test_gate_decides_which_steps_are_scored(tmp_path, lengths):
     """A gate that never scores: no scorer forward, trees verified whole; always: every step scored,
     exactly as without a gate; every other step: the scorer catches up on skipped steps. Output is
     identical to greedy decoding in every case."""
-    target = make_model("qwen2")
-    noisy = perturbed(target)
-    ids, mask = ragged_prompts(lengths)
-    ref = reference(target, ids, mask, 24, eos=None)
-    store = store_of_outputs(tmp_path, ids, mask, ref[:, ids.shape[1]:ids.shape[1] + 16])
-    cal = calibrate(target, noisy, [[5, 6, 7, 8, 9], [20, 30, 40, 50]], max_new_tokens=16, window=4, delta=0.4)
+    target, noisy, ids, mask, ref, store, cal = retrieval_case(tmp_path, lengths)
     stats, forwards, asked = {}, {}, {}
     for name, rule in (("always", lambda n: True), ("none", None), ("never", lambda n: False),
                        ("alternate", lambda n: n % 2 == 0)):
