@@ -229,3 +229,44 @@ def test_bench_variants_parse_and_fit_batch_pins_the_cost_model():
     prof = synthetic_profile(batch_sizes=(1, 4), scales=(1.0, 2.0))
     sup = make_supplier("smart", make_model("llama"), cost=prof, smart=smart_variant("fit_batch=1,probe_every=8"))
     assert isinstance(sup.source, CostModel) and sup.source.batch_size == 1 and sup.planner.probe_every == 8
+
+
+@pytest.mark.parametrize("paper", [False, True])
+def test_the_one_row_host_tree_is_the_numpy_one_to_the_bit(paper):
+    """`HostTree.grow` at batch 1 runs the rule in Python floats; on random layers (ties, dead frontier slots,
+    budgets that cut a layer, calibrations learned from random verdicts) it builds the tree, its bookkeeping
+    and its frontier exactly as the numpy version does."""
+    import numpy as np
+
+    from specdec.estimates import Calibration
+    from specdec.suppliers.smart_host import HostTree, Rule
+
+    rng = np.random.default_rng(7)
+    layers = 0
+    for case in range(150):
+        calibration = Calibration()
+        p = rng.random(200)
+        calibration.observe(p, rng.random(200) < p ** 0.5)
+        verify = np.maximum.accumulate(rng.random(80) * 2e-3) + np.linspace(4e-3, 9e-3, 80)
+        budget, k = int(rng.integers(3, 40)), int(rng.integers(1, 5))
+        fast, slow = (HostTree(np.array([5]), budget) for _ in range(2))
+        width, first = 1, 0
+        for depth in range(int(rng.integers(1, 7))):
+            logits = rng.normal(size=(1, width, k + 3)) * rng.choice([0.3, 3.0])
+            logits[..., 1] = logits[..., 0] if rng.random() < 0.3 else logits[..., 1]  # exact ties
+            logp = (logits - np.log(np.exp(logits).sum(-1, keepdims=True))).astype(np.float32)[..., :k]
+            tokens = rng.permutation(50)[: width * k].reshape(1, width, k)
+            rule = Rule(float(rng.choice([0.5, 1.0])), calibration, verify, float(rng.random() * 5e-3), budget,
+                        paper, False)
+            want, got = slow._grow_rows(tokens, logp, rule), fast.grow(tokens, logp, rule)
+            layers += 1
+            assert np.array_equal(want, got), (case, depth)
+            for name in ("tokens", "parents", "logp", "edge", "cal", "size", "depth", "length", "paths",
+                         "_first_new", "_cand_tok", "_cand_slot", "_keep_mask"):
+                assert np.array_equal(getattr(slow, name), getattr(fast, name)), (case, depth, name)
+            if not got.any():
+                break
+            width = int(rng.integers(1, min(int((got > 0).sum()), 3) + 1))  # at most the nodes kept (as drafted)
+            assert all(np.array_equal(a, b) for a, b in zip(slow.frontier(width, first), fast.frontier(width, first)))
+            first += 1
+    assert layers > 300

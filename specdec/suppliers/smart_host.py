@@ -91,6 +91,12 @@ class HostTree:
     def grow(self, tokens: np.ndarray, child_logp: np.ndarray, rule: Rule) -> np.ndarray:
         """Add one layer: the children [B, w, k] of the frontier that pass `rule`. Returns the kept
         candidates' calibrated probabilities [B, w * k], each row's kept ones first, best first."""
+        if tokens.shape[0] == 1:
+            return self._grow_one(tokens, child_logp, rule)
+        return self._grow_rows(tokens, child_logp, rule)
+
+    def _grow_rows(self, tokens: np.ndarray, child_logp: np.ndarray, rule: Rule) -> np.ndarray:
+        """`grow` for any number of rows, in numpy."""
         # Index arrays rather than take_along_axis / repeat / pad: a few microseconds each on these [B, <= 64]
         # arrays, where the wrappers cost about ten, and a layer runs about twenty of them (with EAGLE at
         # batch 1 on a CPU the host work was a fifth of a drafting step)
@@ -124,6 +130,63 @@ class HostTree:
         self._first_new = self.size.copy()
         self.size += count
         self._cand_tok, self._cand_slot, self._keep_mask = flat_tokens[rows, order], c_slot, keep
+        return kept
+
+    def _grow_one(self, tokens: np.ndarray, child_logp: np.ndarray, rule: Rule) -> np.ndarray:
+        """`grow` for one row, the rule in Python floats: at batch 1 a layer offers a handful of candidates,
+        and `grow`'s ~50 numpy calls on them (~130 us a layer; the embedded EAGLE head's trees run ~6
+        layers a step) cost more than the arithmetic. The same operations in the same order as `grow` and
+        `_keep`, so the same tree to the bit (tested against them)."""
+        _, w, k = tokens.shape
+        flat_tokens, flat_logp = tokens.reshape(w * k), child_logp.reshape(w * k)
+        edge = np.exp(flat_logp.astype(np.float64))
+        calibrated = rule.calibrate(edge).tolist()
+        front = self.front_node[0, :w].tolist()
+        live = self._front_active[0, :w].tolist()
+        parent_cal = [float(self.cal[0, f]) * a for f, a in zip(front, live)]  # 0 under inactive slots
+        cal = [parent_cal[i // k] * c for i, c in enumerate(calibrated)]
+        order = sorted(range(w * k), key=lambda i: -cal[i])  # stable: ties keep the lower index
+        size, length, paths = int(self.size[0]), float(self.length[0]), float(self.paths[0])
+        v, top, budget = rule.verify, len(rule.verify) - 2, rule.budget
+        total, leaves, seen, kept_cal = 0.0, 0, set(), []
+        for j, i in enumerate(order):
+            c = cal[i]
+            total += c
+            before = total - c
+            n = size + j
+            gain = rule.alpha * c
+            slot = i // k
+            if rule.paper:  # a candidate after a sibling adds a leaf; the first child of a frontier node does not
+                sibling = slot in seen and c > 0
+                gain = gain / (paths + leaves)
+                leaves += sibling
+            seen.add(slot)
+            value = rule.spent + v[min(n, top)]
+            slope = v[min(n + 1, top + 1)] - v[min(n, top)]
+            if not (c > 0 and gain * value > (length + before) * max(slope, 1e-12) and n + 1 <= budget):
+                break
+            kept_cal.append(c)
+        count = len(kept_cal)
+        kept = np.zeros((1, w * k))
+        kept[0, :count] = kept_cal
+        fed = set()
+        for j, i in enumerate(order[:count]):
+            node, slot = size + j, i // k
+            parent = front[slot]
+            self.tokens[0, node] = flat_tokens[i]
+            self.parents[0, node] = parent
+            self.logp[0, node] = self.logp[0, parent] + flat_logp[i]
+            self.edge[0, node] = edge[i]
+            self.cal[0, node] = kept_cal[j]
+            fed.add(slot)
+        self.depth += count > 0
+        self.paths += count - len(fed)
+        self.length += kept.sum(1)
+        self._first_new = self.size.copy()
+        self.size += count
+        keep = np.zeros((1, w * k), dtype=bool)
+        keep[0, :count] = True
+        self._cand_tok, self._cand_slot, self._keep_mask = flat_tokens[order][None], np.array([order]) // k, keep
         return kept
 
     def frontier(self, w: int, first_slot: int) -> tuple[np.ndarray, np.ndarray]:
