@@ -222,7 +222,9 @@ def encode(tokenizer: PreTrainedTokenizerBase, prompts: list[str], chat: bool) -
     if chat:
         return [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
                                               tokenize=True) for p in prompts]
-    return [tokenizer(p, add_special_tokens=True).input_ids for p in prompts]
+    # verbose=False: a prompt longer than the model's positions is left out by `fit` and counted in the results
+    # ("prompts_left_out_too_long"), never cut; transformers' warning about its length was noise in every log
+    return [tokenizer(p, add_special_tokens=True, verbose=False).input_ids for p in prompts]
 
 
 def fit(token_lists: list[list[int]], model: PreTrainedModel, max_new_tokens: int) -> list[list[int]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec.harness import MethodResult, compare_to_ar, first_difference
+from specdec.harness import MethodResult, compare_to_ar, encode, first_difference, fit
 
 
 def result(method: str, tps: float) -> MethodResult:
@@ -115,3 +115,30 @@ def test_run_method_repeats_keep_the_fastest_run_and_the_first_outputs():
     with pytest.raises(ValueError, match="repeats: expected an int >= 1"):
         run_method(target, specdec.ARSupplier(), prompts, batch_size=2, max_new_tokens=6, pad_token_id=0,
                    eos_token_id=None, method="ar", prompt_set="x", repeats=0)
+
+
+def test_a_prompt_too_long_for_the_model_is_left_out_quietly():
+    """`encode` then `fit`: a prompt past the model's positions is left out (not cut), without transformers'
+    "Token indices sequence length is longer than ..." warning (the results count it instead)."""
+    import logging
+    from types import SimpleNamespace
+
+    from specdec.models import load_tokenizer
+
+    tokenizer = load_tokenizer("demo-target")
+    tokenizer.deprecation_warnings.pop("sequence-length-is-longer-than-the-specified-maximum", None)  # once only
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    library = logging.getLogger("transformers")  # the tokenizer's logger propagates to the library's
+    library.addHandler(handler)
+    try:
+        long = " ".join(["def f(x): return x"] * (tokenizer.model_max_length // 4))
+        ids = encode(tokenizer, ["def f(x):", long], chat=False)
+    finally:
+        library.removeHandler(handler)
+    assert len(ids[1]) > tokenizer.model_max_length
+    config = SimpleNamespace(max_position_embeddings=tokenizer.model_max_length)
+    model = SimpleNamespace(config=SimpleNamespace(get_text_config=lambda: config))
+    assert fit(ids, model, 64) == [ids[0]]
+    assert not [r for r in records if "sequence length is longer" in r.getMessage()]
