@@ -317,3 +317,33 @@ def test_a_batch_waits_for_its_slowest_row_and_the_planner_prices_it(rows):
         planner.record(StepRecord(1, np.ones(len(steps[0][0])), 0.0, 0.0, cost.ar_step, 0.0), None)
         plan = planner.plan(backlog=1)
     assert (plan.depth > 0) == (rows != "diverging")
+
+
+def test_tested_nodes_of_one_row_match_the_batched_walk():
+    """`tested_nodes` at batch 1 walks the tree in Python; on random trees and verdicts (paths that end inside
+    the tree, at a leaf, or on a token no child holds) it marks the same nodes as the numpy walk."""
+    from specdec.estimates import _tested_one, _tested_rows
+
+    rng = np.random.default_rng(3)
+    for case in range(300):
+        T = int(rng.integers(1, 40))
+        n = int(rng.integers(1, T + 1))
+        parents = np.full((1, T), -1, dtype=np.int64)
+        tokens = np.zeros((1, T), dtype=np.int64)
+        for i in range(1, n):
+            parents[0, i] = int(rng.integers(0, i))
+            used = {int(tokens[0, j]) for j in range(1, i) if parents[0, j] == parents[0, i]}
+            tokens[0, i] = int(rng.choice([t for t in range(12) if t not in used]))
+        path, node = [], 0
+        while len(path) < 8:
+            children = [i for i in range(1, n) if parents[0, i] == node]
+            if not children or rng.random() < 0.2:
+                path.append(int(rng.integers(0, 12)))  # the target's own token: maybe no child holds it
+                break
+            node = int(rng.choice(children))
+            path.append(int(tokens[0, node]))
+        accepted = np.array([path + [0] * (9 - len(path))], dtype=np.int64)
+        num_accepted = np.array([int(rng.integers(0, len(path) + 1))])
+        args = (tokens, parents, np.array([n]), accepted, num_accepted)
+        for got, want in zip(_tested_one(*args), _tested_rows(*args)):
+            assert np.array_equal(got, want), case
