@@ -55,9 +55,9 @@ def environment() -> dict:
                                 cwd=Path(__file__).resolve().parent).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""
-    # the CPU's name as profiles record it (model, family and model numbers, threads): "cpu (x86_64, 2
+    # the device as profiles name it (a CPU by model, family and model numbers, threads): "cpu (x86_64, 2
     # threads)" named two machines alike of which one decoded twice as fast
-    info = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else device_name(torch.device("cpu")),
+    info = {"device": device_name(torch.device("cuda" if torch.cuda.is_available() else "cpu")),
             "torch": torch.__version__, "python": platform.python_version(),
             "commit": commit or "unknown", "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
     for lib in ("triton", "transformers"):
