@@ -112,14 +112,14 @@ def _tested_one(tokens: np.ndarray, parents: np.ndarray, num_nodes: np.ndarray, 
     whole tree (~80 us a step with the EAGLE head's 5-token paths) for a scan of a few dozen nodes."""
     T, n = tokens.shape[1], int(num_nodes[0])
     toks, pars = tokens[0, :n].tolist(), parents[0, :n].tolist()
-    on_path = np.zeros((1, T), dtype=bool)
-    on_path[0, 0] = True
+    on = [True] + [False] * (n - 1)  # on the accepted path
     node = 0
     for tok in accepted[0, :int(num_accepted[0])].tolist():
         node = next((i for i in range(1, n) if pars[i] == node and toks[i] == tok), node)
-        on_path[0, node] = True
-    tested = np.zeros((1, T), dtype=bool)
-    tested[0, :n] = [p >= 0 and bool(on_path[0, p]) for p in pars]
+        on[node] = True
+    tested, on_path = np.zeros((2, 1, T), dtype=bool)
+    tested[0, :n] = [p >= 0 and on[p] for p in pars]
+    on_path[0, :n] = on
     return tested, on_path & tested
 
 
