@@ -347,3 +347,49 @@ def test_tested_nodes_of_one_row_match_the_batched_walk():
         args = (tokens, parents, np.array([n]), accepted, num_accepted)
         for got, want in zip(_tested_one(*args), _tested_rows(*args)):
             assert np.array_equal(got, want), case
+
+
+def test_only_steady_drafting_steps_move_the_realised_rate():
+    """A drafting step whose catch-up is longer than the previous step's tokens (it resumes after plain steps,
+    or its draft is cold with the prompt) is priced mostly by the catch-up's estimate: however far it misses
+    its plan, the realised rate only ages. Steady steps (catch-up of the previous step's tokens) move it, as
+    does a call's first counted step when its catch-up is no longer than a drafting step can emit."""
+    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=1000)
+    planner.start(knee_cost(6, 1e-3))
+    planner.depths = RecordingDepths(0.7)
+
+    def draft(backlog, speed):
+        plan = planner.plan(backlog=backlog)
+        assert plan.depth > 0
+        seconds = plan.seconds / speed
+        planner.record(StepRecord(8, np.array([plan.length]), 0.2 * seconds, 0.0, 0.8 * seconds, 0.0),
+                       TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=backlog))
+        planner._learn()
+
+    draft(MAX_DEPTH + 5, 2.0)  # a cold draft's prompt in the call's first counted step, twice as fast as planned
+    assert planner.state.realised == 1.0
+    for _ in range(3):  # resumes after plain steps (a catch-up of 9 tokens after a step of about 3)
+        draft(9, 2.0)
+    assert planner.state.realised == 1.0
+    draft(2, 2.0)  # a steady step: it counts
+    assert planner.state.realised > 1.2
+    planner.start(knee_cost(6, 1e-3))  # a new call: its first counted step counts when its catch-up is short
+    before = planner.state.realised
+    draft(MAX_DEPTH + 1, 0.5)
+    assert planner.state.realised < before
+
+
+def test_warm_up_probes_run_only_where_drafting_is_predicted_to_pay():
+    """The first WARMUP drafting steps of a planner use the deepest cap, to calibrate it, but only where its
+    prediction says drafting pays: where plain decoding wins (a slow draft) the first plans are plain
+    and no warm-up probe is taken (a probe comes only when due)."""
+    paying = StepPlanner(MAX_DEPTH, online=False, probe_every=1000)
+    paying.start(knee_cost(6, 1e-3))
+    plans = [paying.plan(backlog=1) for _ in range(WARMUP)]
+    assert all(p.depth == MAX_DEPTH and p.probe for p in plans)
+    losing = StepPlanner(MAX_DEPTH, online=False, probe_every=1000)
+    base = make_cost(ar_step=4e-3, loop=5e-4, layer=2.5e-3, catch_up=2.5e-3)  # a draft as slow as a target
+    losing.start(replace(base, use_fit=False, verify_points=knee_cost(6, 1e-3).verify_points))
+    assert not losing._hopeless(None)  # a deep chain accepted whole would pay: only the prediction says no
+    plans = [losing.plan(backlog=1) for _ in range(4 * WARMUP)]
+    assert all(p.depth == 0 for p in plans)
