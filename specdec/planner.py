@@ -13,8 +13,8 @@ resumes: the decision amortises what it exceeds the usual one by over `RESUME_HO
 best cap (is drafting paying again? each probe that says no doubles the interval, up to `BACKOFF` times;
 a probe whose draft is cold in the call, and so pays its whole prompt prefill, waits the longest interval);
 while drafting pays, one at D* + 2 (how far deeper trees go). The first `WARMUP` drafting steps of a
-planner, where drafting is predicted to pay, are probes with the deepest cap (where it is not, probes
-come only when due). When drafting could not pay even if every candidate were
+planner are probes with the deepest cap, to calibrate it, unless the draft is cold and its prompt costly
+while plain decoding is predicted to win (then probes come only when due). When drafting could not pay even if every candidate were
 accepted (`_hopeless`), the draft never runs, probes included.
 
 Inside a step the planner prices what the supplier asks: the step's spending so far (`spent`), the
@@ -285,7 +285,7 @@ class StepPlanner:
         if not state.drafting and self._hopeless(context):
             depth, probe = 0, False  # not even every candidate accepted would pay: no probe either
             state.since_probe = 0  # nor is one due: the next full plan comes after the quiet steps
-        elif state.drafting and self.depths.steps < WARMUP:
+        elif self.depths.steps < WARMUP and (state.drafting or not cold):
             depth, probe = deepest, True
         elif 0 in self.choices and (state.drafting and state.since_probe >= self.probe_every or probe_due):
             # Plain decoding pays: is a tree of the best depth paying again? (Each such probe that finds no

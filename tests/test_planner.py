@@ -10,8 +10,8 @@ import pytest
 
 from specdec.cost import CostModel, Curve
 from specdec.estimates import Estimates, OnlineCosts
-from specdec.planner import (BACKOFF, C_T_EVERY, MARGIN, REPLAN_EVERY, WARM_AFTER, WARMUP, StepPlanner, StepRecord,
-                             TreeFacts)
+from specdec.planner import (BACKOFF, C_T_EVERY, COLD_PROBE, MARGIN, REPLAN_EVERY, WARM_AFTER, WARMUP, StepPlanner,
+                             StepRecord, TreeFacts)
 from test_cost import make_cost
 
 MAX_DEPTH = 7
@@ -379,17 +379,27 @@ def test_only_steady_drafting_steps_move_the_realised_rate():
     assert planner.state.realised < before
 
 
-def test_warm_up_probes_run_only_where_drafting_is_predicted_to_pay():
-    """The first WARMUP drafting steps of a planner use the deepest cap, to calibrate it, but only where its
-    prediction says drafting pays: where plain decoding wins (a slow draft) the first plans are plain
-    and no warm-up probe is taken (a probe comes only when due)."""
+def test_warm_up_probes_skip_a_costly_cold_prompt_where_plain_decoding_is_predicted_to_win():
+    """The first WARMUP drafting steps of a planner use the deepest cap, to calibrate it, even where its prior
+    says plain decoding wins (the prior's acceptance is a guess: one probe per full plan then). Not when such
+    a probe would pay a cold draft's whole prompt prefill, about 8 plain steps: there, and only there, probes
+    come when due."""
     paying = StepPlanner(MAX_DEPTH, online=False, probe_every=1000)
-    paying.start(knee_cost(6, 1e-3))
-    plans = [paying.plan(backlog=1) for _ in range(WARMUP)]
+    paying.start(costly_prompt(knee_cost(6, 1e-3)))
+    paying.depths = FixedDepths(0.9)  # drafting predicted to pay, a 36-token prompt (4.5 plain steps) and all
+    paying.depths.steps = 0  # before the warm-up
+    assert paying.costs.catch_up(36) > COLD_PROBE * paying.costs.ar(None)
+    plans = [paying.plan(backlog=36, cold=True) for _ in range(WARMUP)]
     assert all(p.depth == MAX_DEPTH and p.probe for p in plans)
-    losing = StepPlanner(MAX_DEPTH, online=False, probe_every=1000)
     base = make_cost(ar_step=4e-3, loop=5e-4, layer=2.5e-3, catch_up=2.5e-3)  # a draft as slow as a target
-    losing.start(replace(base, use_fit=False, verify_points=knee_cost(6, 1e-3).verify_points))
-    assert not losing._hopeless(None)  # a deep chain accepted whole would pay: only the prediction says no
-    plans = [losing.plan(backlog=1) for _ in range(4 * WARMUP)]
-    assert all(p.depth == 0 for p in plans)
+    losing = replace(base, use_fit=False, verify_points=knee_cost(6, 1e-3).verify_points)
+    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=1000)
+    planner.start(costly_prompt(losing))
+    assert not planner._hopeless(None)  # a deep chain accepted whole would pay: only the prediction says no
+    assert all(planner.plan(backlog=64, cold=True).depth == 0 for _ in range(4 * WARMUP))
+    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=1000)
+    planner.start(losing)  # a warm draft (or a cheap prompt): the warm-up runs though plain decoding is predicted
+    length, seconds = planner.predict(1, None)
+    assert np.all(length[1:] * planner.costs.ar(None) / seconds[1:] < 1)  # every cap predicted slower than plain
+    plans = [planner.plan(backlog=1) for _ in range(2 * REPLAN_EVERY)]  # one per full plan, while plain wins
+    assert [p.depth for p in plans] == ([MAX_DEPTH] + [0] * (REPLAN_EVERY - 1)) * 2 and plans[0].probe
