@@ -384,6 +384,21 @@ class OnlineCosts:
         self.catch_factor = max((r0 * g11 - r1 * g01) / det, 0.1)
         self.layer_factor = max((r1 * g00 - r0 * g01) / det, 0.1)
 
+    def seed(self, other: "OnlineCosts") -> None:
+        """Start from `other`'s corrections (another batch size's): c_T and the rest of a step scaled by what
+        `other` measured over its profile, the verify level and the draft's factors as they are. The machine's
+        state (its speed today, the draft's weights running cold) reaches every batch size alike; the
+        per-width verify corrections are the profile's shape at `other`'s batch and are not carried over."""
+        if not self.online:
+            return
+        self.ar_step = self.model.ar_step * other.ar_step / other.model.ar_step
+        self.ar_seen = min(other.ar_seen, 1)  # the next measurements still weigh as a running mean
+        self.rest = self.model.loop * other.rest / other.model.loop if other.model.loop > 0 else other.rest
+        self.verify_level = other.verify_level
+        self._gram, self._moment = other._gram, other._moment
+        self.catch_factor, self.layer_factor = other.catch_factor, other.layer_factor
+        self._stale = True
+
     def observe_verify(self, step: StepRecord, context: float | None) -> None:
         """Correct the verify curve at this step's padded width (its bucket, and the common level)."""
         if not self.online:

@@ -403,3 +403,29 @@ def test_warm_up_probes_skip_a_costly_cold_prompt_where_plain_decoding_is_predic
     assert np.all(length[1:] * planner.costs.ar(None) / seconds[1:] < 1)  # every cap predicted slower than plain
     plans = [planner.plan(backlog=1) for _ in range(2 * REPLAN_EVERY)]  # one per full plan, while plain wins
     assert [p.depth for p in plans] == ([MAX_DEPTH] + [0] * (REPLAN_EVERY - 1)) * 2 and plans[0].probe
+
+
+def test_a_new_batch_size_starts_from_the_nearest_one_planned():
+    """A batch size met for the first time (a server's varying batches, a prompt set's ragged last batch)
+    starts from the nearest batch size already planned: its mode (plain decoding here), c_T scaled by what
+    that one measured over its profile, its verify level. With none planned, from the profile."""
+    slow = make_cost(ar_step=4e-3, loop=5e-4, layer=2.5e-3, catch_up=2.5e-3)  # a draft as slow as a target
+    planner = StepPlanner(MAX_DEPTH, probe_every=1000)
+    planner.depths = FixedDepths(0.5)
+    planner.start(replace(slow, use_fit=False, verify_points=knee_cost(6, 1e-3).verify_points, batch_size=8))
+    for _ in range(40):
+        assert planner.plan(backlog=1).depth == 0
+        planner.record(record(1, 0.8 * 4e-3), None)  # plain steps faster than profiled
+    planner._learn()
+    learned = planner.state
+    assert not learned.drafting and learned.costs.ar_step == pytest.approx(3.2e-3, rel=0.02)
+    planner.start(replace(knee_cost(6, 1e-3), batch_size=2))  # a far batch size, already planned: not chosen
+    planner.state.drafting = True
+    six = replace(knee_cost(6, 1e-3), batch_size=6, ar_step=5e-3)
+    planner.start(six)
+    assert not planner.state.drafting and planner.state.costs.ar_step == pytest.approx(4e-3, rel=0.02)
+    assert planner.state.costs.verify_level == learned.costs.verify_level
+    assert planner.state.costs.ar_step != learned.costs.ar_step  # its own profile, scaled
+    fresh = StepPlanner(MAX_DEPTH, probe_every=1000)
+    fresh.start(six)
+    assert fresh.state.drafting and fresh.state.costs.ar_step == 5e-3
