@@ -200,6 +200,7 @@ class MethodResult:
     speedup_by_round: list[float] | None = None  # per round: tokens/s over AR's in the same round (paired)
     batch_seconds: list[list[float]] | None = None  # [round][batch]: each batch's seconds in each round
     batch_tokens: list[int] | None = None  # [batch]: each batch's new tokens (every round repeats them)
+    batch_drafted: list[list[int]] | None = None  # planned suppliers, [round][batch]: each call's drafting steps
     speedup_paired: float | None = None  # median over (round, batch) of tokens/s over AR's in the same slot
 
     def identity_note(self) -> str:
@@ -213,7 +214,7 @@ class MethodResult:
         out["accepted_histogram"] = json.dumps(self.accepted_histogram)
         out["first_difference_at"] = json.dumps(self.first_difference_at)
         for name in ("filter", "plan", "stage_seconds", "round_seconds", "speedup_by_round", "batch_seconds",
-                     "batch_tokens"):
+                     "batch_tokens", "batch_drafted"):
             out[name] = json.dumps(getattr(self, name))
         return out
 
@@ -278,6 +279,7 @@ def run_interleaved(target: PreTrainedModel, runs: list[Run], prompts: list[list
     best: list[list[tuple[float, Stats] | None]] = [[None] * len(batches) for _ in runs]
     slots = [[[0.0] * len(batches) for _ in range(repeats)] for _ in runs]  # [run][round][batch]: seconds
     tokens = [[0] * len(batches) for _ in runs]  # [run][batch]: new tokens
+    drafted = [[[0] * len(batches) for _ in range(repeats)] for _ in runs]  # [run][round][batch]: drafting steps
     outputs: list[list[list[int]]] = [[] for _ in runs]
     with torch.inference_mode():
         for round_ in range(repeats):
@@ -293,6 +295,8 @@ def run_interleaved(target: PreTrainedModel, runs: list[Run], prompts: list[list
                                         top_k=sampling.top_k, top_p=sampling.top_p, generator=rng)
                     seconds = time.perf_counter() - t0  # generate ends with a host sync: the work is done
                     slots[r][round_][j] = seconds
+                    if out.stats.plan is not None:  # which calls drafted: the best round's stats alone hide it
+                        drafted[r][round_][j] = out.stats.plan.steps_drafted
                     tokens[r][j] = out.stats.new_tokens
                     if best[r][j] is None or seconds < best[r][j][0]:
                         best[r][j] = (seconds, out.stats)
@@ -304,6 +308,8 @@ def run_interleaved(target: PreTrainedModel, runs: list[Run], prompts: list[list
         result.round_seconds = [round(sum(row), 6) for row in slots[r]]
         result.batch_seconds = [[round(t, 6) for t in row] for row in slots[r]]
         result.batch_tokens = tokens[r]
+        if result.plan is not None:
+            result.batch_drafted = drafted[r]
         results.append((result, outputs[r]))
     return results
 

@@ -69,6 +69,7 @@ def test_interleaved_runs_rotate_their_order_and_keep_every_slot(monkeypatch):
     import specdec
     from conftest import make_model
     from specdec import harness
+    from specdec.planner import PlanStats
 
     target = make_model("llama")
     order = []
@@ -79,9 +80,19 @@ def test_interleaved_runs_rotate_their_order_and_keep_every_slot(monkeypatch):
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(harness.SpeculativeGenerator, "generate", logged)
+    class Planned(specdec.ARSupplier):  # reports a plan: its n-th call "drafted" n steps
+        calls = 0
+
+        def start(self, state):
+            super().start(state)
+            self.calls += 1
+
+        def report(self):
+            return PlanStats(steps_drafted=self.calls)
+
     runs = []
     for tag in "abc":
-        supplier = specdec.ARSupplier()
+        supplier = Planned() if tag == "c" else specdec.ARSupplier()
         supplier.tag = tag
         runs.append(harness.Run(tag, supplier))
     prompts = [[5, 6, 7], [8, 9], [10, 11, 12]]
@@ -93,6 +104,8 @@ def test_interleaved_runs_rotate_their_order_and_keep_every_slot(monkeypatch):
         assert len(result.batch_seconds) == 2 and all(len(r) == 2 and min(r) > 0 for r in result.batch_seconds)
         assert result.batch_tokens == [6, 3] and len(outputs) == 3
         assert sum(result.batch_seconds[0]) == pytest.approx(result.round_seconds[0], abs=1e-5)
+        # every call's drafting steps, where the best round's stats keep only that round's
+        assert result.batch_drafted == ([[1, 2], [3, 4]] if result.method == "c" else None)
 
 
 def test_run_method_repeats_keep_the_fastest_run_and_the_first_outputs():
