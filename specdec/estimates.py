@@ -20,9 +20,8 @@
   differ by a few nodes, and one correction for widths 8-15 kept the profile's shape there: a batch-1 CPU
   profile flat from 2 to 16 nodes, where the loop measured 0.3 ms a node, priced a 14-node EAGLE tree
   like an 8-node one), the draft's part (one factor on catch-up + layer forwards: it
-  covers the expansions, the syncs and the draft's weights running cold after the target's; a backlog
-  longer than the usual adds the profile's own increment, unscaled: the step's fixed work the factor
-  carries does not grow with it), a host supplier's query, and the rest of a drafting step (filter + commit).
+  covers the expansions, the syncs and the draft's weights running cold after the target's), a host
+  supplier's query, and the rest of a drafting step (filter + commit).
 
 Every count decays, so the estimates follow drift.
 """
@@ -263,7 +262,6 @@ class OnlineCosts:
         # of that least-squares fit, with PRIOR pseudo-steps at a = b = 1 (the profile as measured).
         self._gram, self._moment = (PRIOR, 0.0, PRIOR), (PRIOR, PRIOR)  # (g00, g01, g11), (r0, r1)
         self.catch_factor, self.layer_factor = 1.0, 1.0
-        self.usual_backlog, self._usual = 4.0, 4  # the backlogs the factors were fitted on (a running log-mean)
         self._n = np.arange(TABLE, dtype=np.float64)
         self._base = np.concatenate([[0.0], model.verify_seconds(self._n[1:])])  # at the profiled context
         self._base_list = self._base.tolist()
@@ -334,20 +332,9 @@ class OnlineCosts:
         base = self._layer[width] if exact else float(self.model.draft_seconds(width))
         return self.layer_factor * base
 
-    def _profiled_catch_up(self, m: int) -> float:
-        return self._catch[m] if m < TABLE else float(self.model.catch_up_seconds(m))
-
     def catch_up(self, backlog: int) -> float:
-        """The draft's catch-up over `backlog` tokens, the step's fixed work included: the factor scales the
-        catch-up of the usual backlog, the tokens beyond it add the profile's increment unscaled (the
-        factor, 1.7-2.6 for the embedded EAGLE head, carries the step's planning and first expansion:
-        scaling a 150-token prompt's catch-up by it priced the head's prefill at 1.6-2.6x what it measured,
-        and kept the planner from drafting at batch 4)."""
-        m, usual = max(int(backlog), 1), self._usual
-        if m <= usual:
-            return self.catch_factor * self._profiled_catch_up(m)
-        base = self._profiled_catch_up(usual)
-        return self.catch_factor * base + self._profiled_catch_up(m) - base
+        m = max(int(backlog), 1)
+        return self.catch_factor * (self._catch[m] if m < TABLE else float(self.model.catch_up_seconds(m)))
 
     def draft(self, backlog: int, forwards: float, layer_width: float) -> float:
         """The draft's part of a step: catch-up and layer forwards (expansions and syncs in the factor)."""
@@ -385,12 +372,7 @@ class OnlineCosts:
         first expansion) and the layers' (each with its expansion and sync). Both are re-solved from every
         step seen, weighted by recency, so the level and the split between them follow what is measured."""
         m = max(int(facts.backlog), 1)
-        catch = self._profiled_catch_up(m)
-        if m > self._usual:  # a long catch-up (a prompt's prefill): what it adds is the profile's increment
-            usual = self._profiled_catch_up(self._usual)
-            seconds, catch = max(seconds - (catch - usual), 1e-6), usual
-        self.usual_backlog = self._ema(self.usual_backlog, float(m))
-        self._usual = max(round(self.usual_backlog), 1)
+        catch = self._catch[m] if m < TABLE else float(self.model.catch_up_seconds(m))
         layers = sum(self._layer[w] if w < TABLE else float(self.model.draft_seconds(w)) for w in facts.layer_widths)
         x1 = layers / catch  # in units of the catch-up: the equations stay well conditioned
         y = min(seconds, CLIP * (self.catch_factor * catch + self.layer_factor * layers)) / catch
@@ -415,7 +397,6 @@ class OnlineCosts:
         self.verify_level = other.verify_level
         self._gram, self._moment = other._gram, other._moment
         self.catch_factor, self.layer_factor = other.catch_factor, other.layer_factor
-        self.usual_backlog, self._usual = other.usual_backlog, other._usual
         self._stale = True
 
     def observe_verify(self, step: StepRecord, context: float | None) -> None:

@@ -7,10 +7,8 @@ retrieval and prompt lookup: 0 or their tree depth) maximising the predicted spe
 
 with L(D), C(D) from `specdec.estimates` (measured acceptance and tree growth by depth, the step cost
 model corrected by the loop's timers), and drafts only when R(D*) beats 1 by a margin (`MARGIN` to start
-drafting, half of it to go on: hysteresis). A longer catch-up after plain steps, or the draft's prompt
-prefill at a call's first drafting step, is paid once when drafting resumes: the decision amortises what it
-exceeds the usual one by over the steps left in the call (the tokens its slowest row still has to produce
-over the deepest cap's L), or over `RESUME_HORIZON` steps when the supplier does not say. Every
+drafting, half of it to go on: hysteresis). A longer catch-up after plain steps is paid once when drafting
+resumes: the decision amortises what it exceeds the usual one by over `RESUME_HORIZON` steps. Every
 `probe_every` steps a probe keeps the estimates fresh: while plain decoding pays, a drafting step at the
 best cap (is drafting paying again? each probe that says no doubles the interval, up to `BACKOFF` times;
 a probe whose draft is cold in the call, and so pays its whole prompt prefill, waits the longest interval);
@@ -44,7 +42,7 @@ WARMUP = 8  # the first drafting steps of a planner are probes with the deepest 
 BACKOFF = 8  # while plain decoding keeps paying, the probe interval doubles up to this many times
 WARM_AFTER = 2  # plain steps in a row before one counts for c_T (the first after drafting run cold)
 REPLAN_EVERY = 8  # while plain decoding pays, the full plan runs every 8 steps (0.1-0.4 ms saved on the others)
-RESUME_HORIZON = 8  # steps over which a longer catch-up is amortised when the steps left in the call are unknown
+RESUME_HORIZON = 8  # steps over which a longer catch-up after plain steps is amortised when deciding
 REALISED_WEIGHT = 0.03  # per step, drafting or plain, the decay of the realised-rate sums (~33 steps count)
 SPREAD_WEIGHT = 0.25  # weight of one call in the batch-spread correction, after the first few (a running mean)
 SPREAD_MIN_STEPS = 4  # drafting steps a call needs before its spread counts
@@ -266,12 +264,10 @@ class StepPlanner:
         seconds[0] = c.ar(context)
         return e.length, seconds
 
-    def plan(self, backlog: int = 1, context: float | None = None, cold: bool = False,
-             remaining: int | None = None) -> Plan:
+    def plan(self, backlog: int = 1, context: float | None = None, cold: bool = False) -> Plan:
         """The cap of the next step (0: plain decoding). backlog: the draft's pending tokens (widest row),
         its queued prompt prefill included; cold: the draft has not run in this call yet (a probe would pay
-        its whole prompt prefill, so while plain decoding wins none is taken); remaining: the tokens the
-        call's slowest row has still to produce (None: unknown), over which a long catch-up is amortised."""
+        its whole prompt prefill, so while plain decoding wins none is taken)."""
         self._learn()
         state, self.context = self.state, context
         if state.c_t_probe > 0:  # re-measuring c_T: plain steps until one runs in its steady state
@@ -293,12 +289,8 @@ class StepPlanner:
         length, seconds = self.predict(backlog, context)
         decide = seconds
         if not self.host:  # a long catch-up is paid once when drafting resumes: amortise what exceeds the usual
-            # over the drafting steps the call has left (at the deepest cap's L: the fewest). Over a fixed 8
-            # steps, a call's first drafting step (the draft's prompt prefill) priced drafting out of whole
-            # 64-token calls at batch 4 where it paid (the embedded pair on HumanEval: 0 of 63 steps drafted)
             usual = self.costs.catch_up(max(1, round(float(length[-1]))))
-            horizon = RESUME_HORIZON if remaining is None else max(remaining / float(length[-1]), 1.0)
-            extra = max(self.costs.catch_up(backlog) - usual, 0.0) * (1 - 1 / horizon)
+            extra = max(self.costs.catch_up(backlog) - usual, 0.0) * (1 - 1 / RESUME_HORIZON)
             decide = seconds - np.where(np.arange(len(seconds)) > 0, extra, 0.0)
         rate = length / decide
         best = max((d for d in self.choices if d > 0), key=rate.__getitem__)

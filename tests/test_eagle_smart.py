@@ -98,9 +98,9 @@ def test_the_planner_knows_when_a_probe_would_read_the_whole_prompt(tmp_path, dr
                                 online=False)
     planner, real, seen = sup.planner, sup.planner.plan, []
 
-    def plan(backlog=1, context=None, cold=False, remaining=None):
+    def plan(backlog=1, context=None, cold=False):
         seen.append(cold)
-        planner._plan = replace(real(backlog, context, cold, remaining), depth=next(schedule))
+        planner._plan = replace(real(backlog, context, cold), depth=next(schedule))
         return planner._plan
 
     planner.plan = plan

@@ -135,51 +135,6 @@ def test_online_costs_learn_the_slope_between_nearby_widths():
     assert costs.verify(8) == pytest.approx(5e-3, rel=0.1) and costs.verify(14) == pytest.approx(7e-3, rel=0.1)
 
 
-def test_a_long_catch_up_adds_the_profiles_increment_not_the_factor():
-    """The catch-up's factor, fitted on the usual backlogs, carries the step's fixed work: a prompt's
-    prefill (a backlog of 64) costs that fixed work once plus the profile's increment, not factor x the
-    profile; such a step, priced that way, leaves the factors and the usual backlog where they were."""
-    model = costly_prompt(make_cost(ar_step=4e-3, loop=5e-4, layer=3e-4))
-    costs = OnlineCosts(model)
-    raw = model.catch_up_seconds
-    for i in range(80):  # catch-ups of 3 tokens at 3x the profile (plus the fixed work), layers as profiled
-        layers = 1 + i % 4
-        facts = TreeFacts(5, layers, (2,) * layers, (8,), backlog=3)
-        propose = 3 * raw(3) + layers * model.draft_seconds(2)
-        costs.observe_draft(record(8, 5e-3, propose, (3,)), facts, None, False)
-    assert costs.catch_factor > 2  # (PRIOR pseudo-steps hold both factors toward the profile's 1)
-    assert costs.usual_backlog == pytest.approx(3.0, rel=0.05)
-    prefill = costs.catch_factor * raw(3) + raw(64) - raw(3)
-    assert costs.catch_up(64) == pytest.approx(prefill) and costs.catch_up(64) < 0.5 * costs.catch_factor * raw(64)
-    assert costs.catch_up(2) == pytest.approx(costs.catch_factor * raw(2))  # the usual ones: factor x profile
-    before = (costs.catch_factor, costs.layer_factor)
-    costs.observe_draft(record(8, 5e-3, 3 * raw(3) + raw(64) - raw(3) + model.draft_seconds(2), (3,)),
-                        TreeFacts(5, 1, (2,), (8,), backlog=64), None, False)
-    assert (costs.catch_factor, costs.layer_factor) == pytest.approx(before, rel=0.02)
-    assert costs.usual_backlog < 3 * 1.2  # one prefill moves the usual backlog by a clipped step only
-
-
-def test_a_prompt_prefill_is_amortised_over_the_steps_left_in_the_call():
-    """A draft's prompt prefill (a catch-up of 8 AR steps) is worth paying at the start of a long call and
-    not for its last tokens: whether the planner drafts is monotone in the tokens left, and both happen."""
-    cost = costly_prompt(knee_cost(6, 1e-3))
-    drafts = []
-    for remaining in (1, 2, 4, 8, 16, 32, 64, 128, 512):
-        planner = StepPlanner(MAX_DEPTH, online=False)
-        planner.start(cost)
-        planner.depths = FixedDepths(0.7)
-        assert planner.plan(backlog=1, remaining=remaining).depth > 0  # drafting pays once the draft is warm
-        planner = StepPlanner(MAX_DEPTH, online=False)
-        planner.start(cost)
-        planner.depths = FixedDepths(0.7)
-        drafts.append(planner.plan(backlog=64, remaining=remaining).depth > 0)
-    assert drafts == sorted(drafts) and not drafts[0] and drafts[-1], drafts
-    planner = StepPlanner(MAX_DEPTH, online=False)  # unknown: amortised over RESUME_HORIZON steps
-    planner.start(cost)
-    planner.depths = FixedDepths(0.7)
-    assert (planner.plan(backlog=64).depth > 0) == drafts[(1, 2, 4, 8, 16, 32, 64, 128, 512).index(32)]
-
-
 def test_frozen_costs_stay_the_profiles():
     model = make_cost(ar_step=4e-3, loop=5e-4)
     costs = OnlineCosts(model, online=False)

@@ -135,9 +135,9 @@ def plan_schedule(sup, depths: list[int]) -> list[int]:
     planner, real, seen = sup.planner, sup.planner.plan, []
     schedule = iter(depths)
 
-    def plan(backlog: int = 1, context: float | None = None, cold: bool = False, remaining: int | None = None) -> Plan:
+    def plan(backlog: int = 1, context: float | None = None, cold: bool = False) -> Plan:
         seen.append(backlog)
-        chosen = real(backlog, context, cold, remaining)
+        chosen = real(backlog, context, cold)
         depth = next(schedule, None)
         planner._plan = chosen if depth is None else replace(chosen, depth=depth)
         return planner._plan

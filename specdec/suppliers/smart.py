@@ -207,8 +207,7 @@ class SmartSupplier(Supplier):
         cold = self.runner.cold
         backlog = int(self.runner.backlog.max()) + self.runner.pending_prefill
         context = float((state.history_len - state.host_start).max())
-        left = state.max_new_tokens - state.num_new  # [B] tokens each row may still produce
-        plan = self.planner.plan(backlog, context, cold, remaining=int(left.max(initial=1, where=~state.finished)))
+        plan = self.planner.plan(backlog, context, cold)
         self._facts, self._tree = None, None
         if plan.depth == 0:  # plain decoding: the draft does not run, its backlog grows
             return root_only(state.root)
