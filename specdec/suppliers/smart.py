@@ -71,8 +71,7 @@ class SmartSupplier(Supplier):
     budget:        most nodes per tree, root included; None: the marginal rule alone decides, capped by
                    the most a tree can hold (1 + topk + (max_depth - 1) * frontier * topk).
     benefit:       "paper" (P(u) / |paths|, the current leaves) or "expected" (P(u)).
-    padding_aware: price nodes against the batch's padded width (module docstring); batches only. Off by
-                   default: over the EAGLE head at batch 4 and 8 its trees were too small (README, "SMART").
+    padding_aware: price nodes against the batch's padded width (module docstring); batches only.
     early_stop:    one host sync per layer: stop growing when no row grows or the next layer cannot pay.
     planner:       False: draft every step with the deepest cap (no plain steps, no probes).
     online:        refresh the costs from the loop's timers (False: the profile's costs throughout).
@@ -86,7 +85,7 @@ class SmartSupplier(Supplier):
 
     def __init__(self, draft: PreTrainedModel | EagleHead, cost_model: CostModel | Profile, *, alpha: float = 0.8,
                  topk: int = 2, frontier: int = 2, budget: int | None = None, max_depth: int = 12,
-                 benefit: str = "expected", padding_aware: bool = False, early_stop: bool = True, planner: bool = True,
+                 benefit: str = "expected", padding_aware: bool = True, early_stop: bool = True, planner: bool = True,
                  online: bool = True, margin: float = MARGIN, probe_every: int = 32, reprofile: bool = False,
                  realise: bool = True,
                  backend: str = "auto"):
