@@ -14,8 +14,8 @@ best cap (is drafting paying again? each probe that says no doubles the interval
 a probe whose draft is cold in the call, and so pays its whole prompt prefill, waits the longest interval);
 while drafting pays, one at D* + 2 (how far deeper trees go). The first `WARMUP` drafting steps of a
 planner are probes with the deepest cap, to calibrate it, unless the draft is cold and its prompt costly
-while plain decoding is predicted to win (then probes come only when due). When drafting could not pay even if every candidate were
-accepted (`_hopeless`), the draft never runs, probes included.
+while plain decoding is predicted to win (then probes come only when due). When drafting could not pay
+even if every candidate were accepted (`_hopeless`), the draft never runs, probes included.
 
 Inside a step the planner prices what the supplier asks: the step's spending so far (`spent`), the
 corrected verify curve and how wide the next draft layer should be (`frontier_width`, which also says when
