@@ -359,12 +359,14 @@ class EagleHead(nn.Module):
 
     def _fused(self) -> tuple[Tensor, Tensor | None, Tensor]:
         """q/k/v weights [(Hq + 2 Hkv) D, width] (and biases) and gate/up weights [2 I, H] stacked, so the
-        decoding forward runs two matmuls where the layer has five; rebuilt whenever a parameter changed
-        (training updates them in place, which bumps their version counters)."""
+        decoding forward runs two matmuls where the layer has five; rebuilt whenever a parameter changed:
+        replaced (its storage) or updated in place (training does; its version counter). A head created
+        under `torch.inference_mode` has inference tensors, which keep no version counter: their storage
+        alone is the key, and `load_state_dict` (which copies in place) drops the cache itself."""
         attn, mlp = self.layer.self_attn, self.layer.mlp
         parts = (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj)
-        versions = tuple(p.weight._version for p in parts) + tuple(p.bias._version for p in parts[:3]
-                                                                    if p.bias is not None)
+        tensors = [p.weight for p in parts] + [p.bias for p in parts[:3] if p.bias is not None]
+        versions = tuple((t.data_ptr(), -1 if t.is_inference() else t._version) for t in tensors)
         if getattr(self, "_fused_cache", (None,))[0] != versions:
             with torch.no_grad():
                 wqkv = torch.cat([p.weight for p in parts[:3]])
@@ -372,6 +374,10 @@ class EagleHead(nn.Module):
                 wgu = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
             self._fused_cache = (versions, (wqkv, bqkv, wgu))
         return self._fused_cache[1]
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        self.__dict__.pop("_fused_cache", None)  # in-place copies: an inference tensor's version does not move
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def rope_table(self, positions: int) -> Tensor:
         """[2, positions, D]: cos and sin of the head's RoPE at positions 0..positions-1, each half repeated

@@ -363,6 +363,26 @@ def test_save_pretrained_round_trip(tmp_path):
     assert again.feature_layers == (2, 3, 4)
 
 
+def test_a_head_made_under_inference_mode_drafts_and_reloads(tmp_path):
+    """Inference tensors keep no version counter: a head loaded under `torch.inference_mode` drafts the
+    logits a normally loaded one does, and after `load_state_dict` of other weights (an in-place copy the
+    fused q/k/v and gate/up weights cannot see by version) it drafts with the new weights."""
+    target = eagle_target()
+    paths = []
+    for seed in (0, 1):
+        config, t = head_tensors(target, "eagle3", seed=seed)
+        paths.append(write_head(tmp_path / f"h{seed}", config, t))
+    ids, mask = ragged_prompts([6, 9])
+    expected = [first_step(target, specdec.EagleHead.from_pretrained(p, target), ids, mask)[1] for p in paths]
+    assert not torch.allclose(expected[0], expected[1])
+    with torch.inference_mode():
+        head = specdec.EagleHead.from_pretrained(paths[0], target)
+        assert head.layer.self_attn.q_proj.weight.is_inference()
+        torch.testing.assert_close(first_step(target, head, ids, mask)[1], expected[0], rtol=1e-5, atol=1e-5)
+        head.load_state_dict(specdec.EagleHead.from_pretrained(paths[1], target).state_dict())
+        torch.testing.assert_close(first_step(target, head, ids, mask)[1], expected[1], rtol=1e-5, atol=1e-5)
+
+
 def test_supplier_arguments():
     target = eagle_target("llama")
     head = specdec.EagleHead.initialize(target, draft_vocab=torch.arange(10))
