@@ -241,9 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "here at the bench's batch sizes, once, cached. Given (or profiled for a planned method), "
                        "--valuspec-methods runs score only the steps where that pays")
     bench.add_argument("--smart-variants", nargs="+", default=["default"], help="SmartSupplier options per smart "
-                       "run: 'default' or key=value,... (alpha, budget, benefit, topk, frontier, max_depth, "
-                       "padding_aware, early_stop, planner, online, margin, probe_every, reprofile, fit_batch); several "
-                       "run as smart[<variant>]")
+                       "and eagle-smart run: 'default' or key=value,... (alpha, budget, benefit, topk, frontier, "
+                       "max_depth, padding_aware, early_stop, planner, online, margin, probe_every, reprofile, "
+                       "fit_batch); several run as smart[<variant>], eagle-smart[<variant>]")
     bench.add_argument("--valuspec-methods", nargs="+", default=[], help="also run these runs (labels as in the "
                        "table: retrieval, retrieval-64, tree, smart, ...) through ValuSpec as <label>+valuspec, the "
                        "draft as scorer, tau calibrated once (cached) on the last --calibration-size prompts of the "

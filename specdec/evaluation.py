@@ -17,6 +17,7 @@ from .eagle import EagleHead
 from .models import TOKENIZER_FILES, load_model, load_tokenizer, resolve_name
 from .profiling import DEFAULT_SIZES, Profile, cached_profile
 from .sampling import Sampling
+from .suppliers.base import position_limit
 from .valuspec import ValuSpecFilter
 
 __all__ = ["AUTO_PROFILE", "check_tokenizers", "eagle_shape", "evaluate", "load_datastore", "load_eagle",
@@ -95,11 +96,16 @@ def sampling_options(args: argparse.Namespace) -> tuple[Sampling, int | None]:
 
 def smart_profile(path: Path | None, target, draft, batch_sizes: list[int]) -> Profile:
     """The cost profile for method smart: `path`, or this pair (`draft`: a model or an EAGLE head) measured
-    here (cached) at `batch_sizes`."""
+    here (cached) at `batch_sizes`, at a context of AUTO_PROFILE's 256 tokens or half the target's
+    positions, whichever is less (the profile's trees need the other half)."""
     if path is not None:
         return Profile.load(path)
     print("specdec: profiling the pair for SMART's cost model (once per machine and pair; cached)", file=sys.stderr)
-    return cached_profile(target, draft, batch_sizes=tuple(sorted(set(batch_sizes))), **AUTO_PROFILE)
+    settings = dict(AUTO_PROFILE)
+    limit = position_limit(target)
+    if limit is not None:
+        settings["context_len"] = min(settings["context_len"], limit // 2)
+    return cached_profile(target, draft, batch_sizes=tuple(sorted(set(batch_sizes))), **settings)
 
 
 def variant_runs(args: argparse.Namespace, runs: dict, cost: Profile | None) -> tuple[dict, dict]:
@@ -112,10 +118,12 @@ def variant_runs(args: argparse.Namespace, runs: dict, cost: Profile | None) -> 
             for n in sizes:
                 name = "tree" if len(sizes) == 1 else f"tree-{n}"
                 out[name], options[name] = (method, budget), {"total_tokens": n}
-        elif method == "smart":
+        elif method in ("smart", harness.EAGLE_SMART):  # eagle-smart's cost, the head's profile, comes later
             for v in getattr(args, "smart_variants", None) or ["default"]:
-                name = "smart" if v == "default" else f"smart[{v}]"
-                out[name], options[name] = (method, budget), {"cost": cost, "smart": harness.smart_variant(v)}
+                name = method if v == "default" else f"{method}[{v}]"
+                out[name], options[name] = (method, budget), {"smart": harness.smart_variant(v)}
+                if method == "smart":
+                    options[name]["cost"] = cost
         elif method == "eagle":  # one run per tree shape
             shapes = getattr(args, "eagle_shapes", None) or [(args.depth, args.topk, args.total_tokens)]
             for d, k, n in shapes:
@@ -165,9 +173,10 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
             if set(harness.PLANNED_METHODS) & set(methods) or getattr(args, "profile", None) else None)
     runs, options = variant_runs(args, runs, cost)
     # eagle-smart: the head's own profile (its layer and catch-up are the head's forwards; --profile is the pair's)
-    eagle_cost = (smart_profile(None, target, eagle, args.batch_sizes) if harness.EAGLE_SMART in runs else None)
-    if eagle_cost is not None:
-        options[harness.EAGLE_SMART] = {"cost": eagle_cost}
+    eagle_smart = [label for label, (method, _) in runs.items() if method == harness.EAGLE_SMART]
+    eagle_cost = smart_profile(None, target, eagle, args.batch_sizes) if eagle_smart else None
+    for label in eagle_smart:
+        options[label]["cost"] = eagle_cost
     calibration = valuspec_runs(args, runs, options, tokenizer, target, draft, chat)
     wide = getattr(args, "wide_methods", None)  # methods run at batch sizes > 1 (None: all)
     results, outputs, skipped = [], {}, {}

@@ -137,7 +137,7 @@ def make_supplier(method: str, draft: PreTrainedModel | None, *, depth: int = 5,
         if method == EAGLE_SMART:
             if cost is None:
                 raise ValueError("--profile: method 'eagle-smart' needs a cost profile of the target with its head")
-            return SmartSupplier(eagle, cost, **{k: v for k, v in (smart or {}).items() if k != "fit_batch"})
+            return _smart(eagle, cost, smart)
         d, k, n = eagle_shape or (depth, topk, total_tokens)
         mode = "chain" if method == "eagle-chain" else "tree"
         return EagleSupplier(eagle, mode=mode, depth=d, topk=k, total_tokens=n)
@@ -164,11 +164,16 @@ def make_supplier(method: str, draft: PreTrainedModel | None, *, depth: int = 5,
     if method == "smart":
         if cost is None:
             raise ValueError("--profile: method 'smart' needs a cost profile of this pair (specdec profile)")
-        smart = dict(smart or {})
-        if "fit_batch" in smart:
-            cost = CostModel.fit(cost, smart.pop("fit_batch")) if isinstance(cost, Profile) else cost
-        return SmartSupplier(draft, cost, **smart)
+        return _smart(draft, cost, smart)
     return DraftSupplier(draft, mode=method, depth=depth, topk=topk, total_tokens=total_tokens)
+
+
+def _smart(draft: PreTrainedModel | EagleHead, cost: Profile | CostModel, smart: dict | None) -> SmartSupplier:
+    """SmartSupplier from a bench variant's options; fit_batch fits a Profile's cost model at that batch size."""
+    smart = dict(smart or {})
+    if "fit_batch" in smart:
+        cost = CostModel.fit(cost, smart.pop("fit_batch")) if isinstance(cost, Profile) else cost
+    return SmartSupplier(draft, cost, **smart)
 
 
 @dataclass

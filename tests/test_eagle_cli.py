@@ -87,6 +87,22 @@ def test_bench_shapes_chains_valuspec_interleaved(saved, tmp_path):
     assert all(set(json.loads(r["stage_seconds"])) >= {"propose", "verify"} for r in doc["results"])
 
 
+def test_bench_runs_eagle_smart_variants(saved, tmp_path):
+    """--smart-variants applies to eagle-smart as to smart: one run per variant, each with its options."""
+    root, _, _ = saved
+    assert main(["bench", "--target", str(root / "target"), "--eagle", str(root / "head"), "--methods", "ar",
+                 "eagle-smart", "--smart-variants", "default", "budget=3,planner=0", "--num-prompts", "2",
+                 "--batch-sizes", "1", "2", "--max-new-tokens", "6", "--prompt-sets", "spec_bench", "--device", "cpu",
+                 "--out", str(tmp_path)]) == 0
+    (run,) = tmp_path.iterdir()
+    doc = json.loads((run / "results.json").read_text())
+    labels = {(r["method"], r["batch_size"]) for r in doc["results"]}
+    assert labels == {(m, b) for m in ("ar", "eagle-smart", "eagle-smart[budget=3,planner=0]") for b in (1, 2)}
+    assert all(r["identical_to_ar"] for r in doc["results"])
+    variant = [r for r in doc["results"] if r["method"] == "eagle-smart[budget=3,planner=0]"]
+    assert all(r["mean_tree_size"] <= 3 and r["steps_ar"] == 0 for r in variant)
+
+
 def test_train_eagle_writes_a_loadable_head(saved, tmp_path, capsys):
     root, target, _ = saved
     corpus = tmp_path / "corpus"
