@@ -10,8 +10,8 @@ import pytest
 
 from specdec.cost import CostModel, Curve
 from specdec.estimates import Estimates, OnlineCosts
-from specdec.planner import (BACKOFF, C_T_EVERY, COLD_PROBE, MARGIN, REPLAN_EVERY, WARM_AFTER, WARMUP, StepPlanner,
-                             StepRecord, TreeFacts)
+from specdec.planner import (BACKOFF, C_T_EVERY, COLD_PROBE, MARGIN, REPLAN_EVERY, SPREAD_WEIGHT, WARM_AFTER, WARMUP,
+                             StepPlanner, StepRecord, TreeFacts)
 from test_cost import make_cost
 
 MAX_DEPTH = 7
@@ -317,6 +317,39 @@ def test_a_batch_waits_for_its_slowest_row_and_the_planner_prices_it(rows):
         planner.record(StepRecord(1, np.ones(len(steps[0][0])), 0.0, 0.0, cost.ar_step, 0.0), None)
         plan = planner.plan(backlog=1)
     assert (plan.depth > 0) == (rows != "diverging")
+
+
+def plain_call(planner, cost, rows: int, steps: int = 6):
+    """One generate call whose steps all decode plainly (no tree facts), whatever was planned."""
+    planner.start(cost)
+    for _ in range(steps):
+        planner.plan(backlog=1)
+        planner.record(StepRecord(1, np.ones(rows), 0.0, 0.0, cost.ar_step, 0.0), None)
+    return planner.report()
+
+
+def test_calls_that_do_not_draft_age_the_spread_toward_one():
+    """A spread measured once must not stand for as long as the planner decodes plainly (it would keep a
+    paying plan below the margin for good): each call that drafted too little to measure it moves it a
+    call's weight toward 1; a drafting call that measures 0.8 again pulls it back down. Batch 1: always 1."""
+    cost = knee_cost(6, 1e-3)
+    planner = StepPlanner(MAX_DEPTH, online=False, realise=False, probe_every=1000)
+    planner.depths = RecordingDepths(0.5)
+    both, first = [True, True], [True, False]
+    diverging = [(both, [1, 2])] * 4 + [(first, [1])] * 4
+    run_call(planner, cost, diverging)
+    assert planner.state.spread == pytest.approx(0.8)
+    spreads = []
+    for _ in range(4):
+        plain_call(planner, cost, rows=2)
+        spreads.append(planner.state.spread)
+    assert spreads == pytest.approx([0.8 ** ((1 - SPREAD_WEIGHT) ** n) for n in range(1, 5)])
+    assert spreads[-1] > 0.92
+    run_call(planner, cost, diverging)
+    assert planner.state.spread < spreads[-1] - 0.03
+    single = StepPlanner(MAX_DEPTH, online=False, realise=False, probe_every=1000)
+    plain_call(single, cost, rows=1)
+    assert single.state.spread == 1.0
 
 
 def test_tested_nodes_of_one_row_match_the_batched_walk():
