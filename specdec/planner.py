@@ -93,12 +93,14 @@ class TreeFacts:
 @dataclass(frozen=True)
 class Plan:
     """depth: the cap (0: plain step, nothing drafted); length: predicted tokens per row, bonus included;
-    seconds: predicted step time; probe: taken to refresh the estimates, not because it pays."""
+    seconds: predicted step time; probe: taken to refresh the estimates, not because it pays; warmup: one of
+    a planner's first WARMUP drafting steps (the deepest cap, priced mostly by priors)."""
 
     depth: int
     length: float
     seconds: float
     probe: bool = False
+    warmup: bool = False
 
 
 @dataclass
@@ -297,12 +299,12 @@ class StepPlanner:
         gain = rate[best] * seconds[0] * state.realised * state.spread
         state.drafting = 0 not in self.choices or gain > 1 + (self.margin / 2 if state.drafting else self.margin)
         state.quiet = REPLAN_EVERY - 1
-        deepest = self.choices[-1]
+        deepest, warmup = self.choices[-1], False
         if not state.drafting and self._hopeless(context):
             depth, probe = 0, False  # not even every candidate accepted would pay: no probe either
             state.since_probe = 0  # nor is one due: the next full plan comes after the quiet steps
         elif self.depths.steps < WARMUP and (state.drafting or not cold):
-            depth, probe = deepest, True
+            depth, probe, warmup = deepest, True, True
         elif 0 in self.choices and (state.drafting and state.since_probe >= self.probe_every or probe_due):
             # Plain decoding pays: is a tree of the best depth paying again? (Each such probe that finds no
             # drafting worth it doubles the interval to the next.) Drafting pays: how far deeper trees go.
@@ -317,7 +319,7 @@ class StepPlanner:
             # the profile's (the EAGLE head's profile on the demo pair: 9.1 ms at batch 1 against the AR
             # run's 6.4, so each plan looked 1.4x better than it was): WARM_AFTER + 1 plain steps re-measure it.
             state.c_t_probe, depth, probe = WARM_AFTER, 0, True
-        self._plan = Plan(depth, float(length[depth]), float(seconds[depth]), probe)
+        self._plan = Plan(depth, float(length[depth]), float(seconds[depth]), probe, warmup)
         return self._plan
 
     def _realise(self, plan: Plan | None, tokens: float = 0.0, seconds: float = 0.0) -> None:
@@ -342,6 +344,11 @@ class StepPlanner:
           Aged by plain steps too, a rate that one noisy stretch pulled down returns toward the pseudo-step's
           1 and the decision rests on the predictions again, while a real bias gathers evidence with each
           retry, so retries stay rare (drafting steps at a quarter of their planned rate: 4 of 200 steps).
+        - The warm-up probes (a planner's first WARMUP drafting steps, at the deepest cap) are priced by the
+          priors they exist to replace, so they only age the evidence too. Counted, they set the rate that
+          every later plan was scaled by: EAGLE-3 + SMART at HumanEval batch 4 (2-core CPU) left its
+          warm-up at 0.81, the next plan (1.16x predicted) fell to 0.93x and the planner turned plain
+          where the static 4:2:8 trees ran 1.10x.
         - A drafting step that resumes after plain steps (or whose draft is cold in the call) pays a long
           catch-up, whose price is the catch-up's estimate, not drafting's: `_learn` ages the evidence with it
           and does not fold it in. On the demo pair at Spec-Bench batch 16 on the 2-core CPU, a cold probe
@@ -397,7 +404,7 @@ class StepPlanner:
             # whether drafting realises its plans; a resume's catch-up over plain steps' tokens or a cold
             # prompt is mostly the catch-up's estimate (`_realise`).
             steady = facts.backlog <= self._last_tokens
-            self._realise(plan if steady else None, measured, step.seconds)
+            self._realise(plan if steady and not plan.warmup else None, measured, step.seconds)
         self._last_tokens = int(rows.max()) if rows.size else 1
         plain = facts is None or plan.depth == 0
         self.state.plain_run = self.state.plain_run + 1 if plain else 0

@@ -412,6 +412,44 @@ def test_only_steady_drafting_steps_move_the_realised_rate():
     assert planner.state.realised < before
 
 
+class CountingDepths(RecordingDepths):
+    """RecordingDepths before the warm-up: counts the drafting steps recorded, as `DepthStats` does."""
+
+    def __init__(self, rate: float):
+        super().__init__(rate)
+        self.steps = 0
+
+    def record(self, facts, accepted, row_depth=None) -> None:
+        self.steps += 1
+
+
+def test_warm_up_probes_do_not_move_the_realised_rate():
+    """The warm-up probes are priced by the priors they exist to replace: however far they miss their plans
+    (here at half the tokens in twice the seconds, steady steps all), the realised rate stays 1 and the
+    planner drafts on; the same miss by the plans that follow moves it at once."""
+    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=1000)
+    planner.start(knee_cost(6, 1e-3))
+    planner.depths = CountingDepths(0.9)
+
+    def draft(speed):
+        plan = planner.plan(backlog=1)
+        while plan.depth == 0 and plan.probe:  # re-measuring c_T after the warm-up (its own test): not a decision
+            planner.record(record(1, planner.costs.ar(None)), None)
+            plan = planner.plan(backlog=1)
+        seconds = plan.seconds / speed
+        planner.record(StepRecord(8, np.array([max(plan.length / 2, 1.0)]), 0.2 * seconds, 0.0, 0.8 * seconds, 0.0),
+                       TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=1))
+        planner._learn()
+        return plan
+
+    plans = [draft(0.5) for _ in range(WARMUP)]
+    assert all(p.probe and p.depth == MAX_DEPTH for p in plans)
+    assert planner.state.realised == 1.0
+    plan = draft(0.5)
+    assert plan.depth > 0 and not plan.probe
+    assert planner.state.realised < 0.9
+
+
 def test_warm_up_probes_skip_a_costly_cold_prompt_where_plain_decoding_is_predicted_to_win():
     """The first WARMUP drafting steps of a planner use the deepest cap, to calibrate it, even where its prior
     says plain decoding wins (the prior's acceptance is a guess: one probe per full plan then). Not when such
