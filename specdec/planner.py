@@ -242,10 +242,8 @@ class StepPlanner:
     def _new_state(self, cost: CostModel) -> _BatchState:
         """The state of a batch size met for the first time: from the nearest batch size already planned
         (its cost corrections and mode, its realised rate and spread; the probe schedule starts afresh), else
-        the profile's. A server's batch sizes vary from call to call, and the ragged last batch of a prompt
-        set is one: learned from scratch, Spec-Bench's last batch (6 rows, after batches of 8, on the demo
-        pair on the 2-core CPU) started drafting where batch 8 had learned plain decoding wins, and ran
-        1.30x and 1.13x as long as AR in its first two calls."""
+        the profile's. A server's batch sizes vary, and a prompt set's ragged last batch is one (learned from
+        scratch, its first two calls ran 1.30x and 1.13x as long as AR: README, "The planner")."""
         state = _BatchState(OnlineCosts(cost, self.online))
         known = [b for b in self._batches if b != cost.batch_size]
         if known:
@@ -337,18 +335,12 @@ class StepPlanner:
           HumanEval batch 1 (586 drafting steps) the per-step ratios' geometric mean is 0.967 where the
           ratio of sums is 1.025, and the former running log-mean was at 0.85 or below on a tenth of the
           steps (bench/results/2026-12-02-cpu-realised/).
-        - Evidence that ages only with drafting steps never ages once the planner turns plain: one unlucky
-          stretch froze a low rate, and the rare probes (one step each, their interval doubling) could not
-          lift it: the planner decoded plainly on 553 of 691 steps, at 1.07x AR where drafting every step
-          ran 1.11x (bench/results/2026-12-02-cpu-smart-batch/).
-          Aged by plain steps too, a rate that one noisy stretch pulled down returns toward the pseudo-step's
-          1 and the decision rests on the predictions again, while a real bias gathers evidence with each
-          retry, so retries stay rare (drafting steps at a quarter of their planned rate: 4 of 200 steps).
-        - The warm-up probes (a planner's first WARMUP drafting steps, at the deepest cap) are priced by the
-          priors they exist to replace, so they only age the evidence too. Counted, they set the rate that
-          every later plan was scaled by: EAGLE-3 + SMART at HumanEval batch 4 (2-core CPU) left its
-          warm-up at 0.81, the next plan (1.16x predicted) fell to 0.93x and the planner turned plain
-          where the static 4:2:8 trees ran 1.10x.
+        - Evidence that ages only with drafting steps froze a low rate once the planner turned plain (553 of
+          691 steps plain at 1.07x AR where drafting every step ran 1.11x: bench/results/*-cpu-smart-batch/).
+          Aged by plain steps too, a noisy stretch's rate returns toward 1, while a real bias gathers
+          evidence with each retry, so retries stay rare (a quarter of the planned rate: 4 of 200 steps).
+        - The warm-up probes are priced by the priors they exist to replace: they only age it too (counted,
+          they left EAGLE-3 + SMART at HumanEval batch 4 at 0.81 and plain; bench/results/*-eagle-3ce6e94/).
         - A drafting step that resumes after plain steps (or whose draft is cold in the call) pays a long
           catch-up, whose price is the catch-up's estimate, not drafting's: `_learn` ages the evidence with it
           and does not fold it in. On the demo pair at Spec-Bench batch 16 on the 2-core CPU, a cold probe
@@ -437,12 +429,9 @@ class StepPlanner:
         together), spread = their batch progress over their rows' mean, and the draft/plain decision scales
         drafting's predicted gain by it. Batch 1: always 1.
 
-        A call that drafted too little to measure it ages the spread toward 1 (one call's weight on a
-        pseudo-call of 1), as plain steps age the realised rate (`_realise`): otherwise one call's spread
-        stands for as long as the planner decodes plainly. On HumanEval batch 4 with the embedded EAGLE
-        head (2-core CPU) the first call, drafting mostly its deepest warm-up probes, measured 0.756; every
-        later plan (1.2-1.57x predicted) times 0.756 fell below the margin, and the planner decoded 238 of
-        243 steps plainly at 0.90x AR where the static 4:2:8 trees ran 1.10x.
+        A call that drafted too little to measure it ages the spread a call's weight toward 1, as plain steps
+        age the realised rate: else one reading (0.756 from EAGLE-3 + SMART's warm-up at HumanEval batch 4)
+        stands for as long as the planner decodes plainly (README, "The planner").
         """
         call, self._call = self._call, _Call()
         if call.rows is None:

@@ -382,6 +382,18 @@ def test_tested_nodes_of_one_row_match_the_batched_walk():
             assert np.array_equal(got, want), case
 
 
+def draft_step(planner, speed, backlog=1, share=1.0):
+    """One drafting step at `speed` times its planned rate of seconds, accepting `share` of its planned tokens
+    (at least one); the planner learns from it at once. Returns its plan."""
+    plan = planner.plan(backlog=backlog)
+    assert plan.depth > 0
+    seconds = plan.seconds / speed
+    planner.record(StepRecord(8, np.array([max(share * plan.length, 1.0)]), 0.2 * seconds, 0.0, 0.8 * seconds, 0.0),
+                   TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=backlog))
+    planner._learn()
+    return plan
+
+
 def test_only_steady_drafting_steps_move_the_realised_rate():
     """A drafting step whose catch-up is longer than the previous step's tokens (it resumes after plain steps,
     or its draft is cold with the prompt) is priced mostly by the catch-up's estimate: however far it misses
@@ -390,15 +402,7 @@ def test_only_steady_drafting_steps_move_the_realised_rate():
     planner = StepPlanner(MAX_DEPTH, online=False, probe_every=1000)
     planner.start(knee_cost(6, 1e-3))
     planner.depths = RecordingDepths(0.7)
-
-    def draft(backlog, speed):
-        plan = planner.plan(backlog=backlog)
-        assert plan.depth > 0
-        seconds = plan.seconds / speed
-        planner.record(StepRecord(8, np.array([plan.length]), 0.2 * seconds, 0.0, 0.8 * seconds, 0.0),
-                       TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=backlog))
-        planner._learn()
-
+    draft = lambda backlog, speed: draft_step(planner, speed, backlog=backlog)  # noqa: E731
     draft(MAX_DEPTH + 5, 2.0)  # a cold draft's prompt in the call's first counted step, twice as fast as planned
     assert planner.state.realised == 1.0
     for _ in range(3):  # resumes after plain steps (a catch-up of 9 tokens after a step of about 3)
@@ -430,23 +434,14 @@ def test_warm_up_probes_do_not_move_the_realised_rate():
     planner = StepPlanner(MAX_DEPTH, online=False, probe_every=1000)
     planner.start(knee_cost(6, 1e-3))
     planner.depths = CountingDepths(0.9)
-
-    def draft(speed):
-        plan = planner.plan(backlog=1)
-        while plan.depth == 0 and plan.probe:  # re-measuring c_T after the warm-up (its own test): not a decision
-            planner.record(record(1, planner.costs.ar(None)), None)
-            plan = planner.plan(backlog=1)
-        seconds = plan.seconds / speed
-        planner.record(StepRecord(8, np.array([max(plan.length / 2, 1.0)]), 0.2 * seconds, 0.0, 0.8 * seconds, 0.0),
-                       TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=1))
-        planner._learn()
-        return plan
-
-    plans = [draft(0.5) for _ in range(WARMUP)]
+    plans = [draft_step(planner, 0.5, share=0.5) for _ in range(WARMUP)]
     assert all(p.probe and p.depth == MAX_DEPTH for p in plans)
     assert planner.state.realised == 1.0
-    plan = draft(0.5)
-    assert plan.depth > 0 and not plan.probe
+    for _ in range(WARM_AFTER + 1):  # re-measuring c_T after the warm-up (its own test): not a decision
+        assert planner.plan(backlog=1).depth == 0
+        planner.record(record(1, planner.costs.ar(None)), None)
+    plan = draft_step(planner, 0.5, share=0.5)
+    assert not plan.probe
     assert planner.state.realised < 0.9
 
 
