@@ -14,8 +14,11 @@
   min(a, D)): L(D) = 1 + sum_{d <= D} S(d); the same rate where depth-d nodes existed (what forwarding a
   layer yields); how often the forward of depth d ran and the tree's padded width. A depth never drafted
   starts from the one above (pseudo-counts).
-- `OnlineCosts`: a `CostModel` corrected by the loop's timers: c_T from plain steps in their steady
-  state, the verify stage per width (one multiplicative correction per width up to FINE and per
+- `OnlineCosts`: a `CostModel` corrected by the loop's timers: c_T, the median of the last C_T_WINDOW
+  plain steps in their steady state (a median, not a running mean: c_T is the unit of every decision, and
+  on a shared CPU a burst of stalled steps, 40-55 ms against 12-13 at batch 8, lifted a running mean 40%
+  for dozens of steps while the drafting prices, measured only when drafting, kept their level: drafting
+  then looked up to 1.4x better than it was), the verify stage per width (one multiplicative correction per width up to FINE and per
   power-of-two bucket beyond, shrunk toward a common level: level and shape; a tree planner's widths
   differ by a few nodes, and one correction for widths 8-15 kept the profile's shape there: a batch-1 CPU
   profile flat from 2 to 16 nodes, where the loop measured 0.3 ms a node, priced a 14-node EAGLE tree
@@ -29,6 +32,8 @@ Every count decays, so the estimates follow drift.
 from __future__ import annotations
 
 import math
+import statistics
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -44,6 +49,8 @@ __all__ = ["Calibration", "DepthStats", "Estimates", "OnlineCosts", "tested_node
 COST_WEIGHT = 0.15  # weight of one observation in the running cost estimates
 DECAY = 0.98  # per drafting step, for the acceptance and growth counts (about 50 steps of memory)
 PRIOR = 2.0  # pseudo-observations behind each prior
+C_T_WINDOW = 31  # warm plain steps whose median is c_T (a burst of stalls shorter than half of it moves nothing)
+C_T_FIRST = 3  # warm plain steps the first measurement of c_T takes (the planner's first c_T probe)
 CLIP = 3.0  # one step's timing moves an estimate by at most this factor (a stall is not a new cost)
 TABLE = 512  # widths and backlogs priced from precomputed tables (larger ones through the cost model)
 EDGES = np.array([0.0, 0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
@@ -256,6 +263,10 @@ class OnlineCosts:
         self.model, self.online = model, online
         self.ar_step = model.ar_step
         self.ar_seen = 0  # plain steps in their steady state that updated c_T
+        # c_T's window (context-normalised seconds). The profile's value is c_T until the first measurement
+        # and no member of it: the profile is one moment of the machine (one taken in a stalled minute read
+        # c_T at 50 ms where steps ran 9-10, and as a member it held c_T at 30 ms through 64 drafting steps)
+        self._ar_window: deque[float] = deque(maxlen=C_T_WINDOW)
         self.verify_level, self.verify_ratio, self.verify_seen = 1.0, np.ones(BUCKETS), np.zeros(BUCKETS)
         self.query, self.rest = 0.0, model.loop
         # The draft's part of a step, propose ~ a * catch_up(m) + b * sum of layer(w): decayed normal equations
@@ -348,14 +359,14 @@ class OnlineCosts:
 
     def observe_ar(self, step: StepRecord, context: float | None, warm: bool) -> None:
         """A plain step; `warm`: the two steps before it were plain too. Only those update c_T: the first
-        plain steps after drafting run 20-50% slower on the demo pair on this CPU (the target's weights are
+        plain steps after drafting run 4-50% slower on the demo pair on this CPU (the target's weights are
         cold after the draft's forwards), while c_T stands for plain decoding in its steady state, as an AR
-        baseline runs."""
-        if warm:  # the one-node verification is priced by c_T: no correction table to refresh
-            # the first measurements weigh as a running mean with the profile's value (c_T measured while
-            # drafting every step comes from a few plain steps now and then: an EMA alone took dozens)
-            weight = max(COST_WEIGHT, 1 / (self.ar_seen + 2))
-            self.ar_step = self._ema(self.ar_step, step.seconds / self.model.context_factor(context), weight)
+        baseline runs. c_T is the median of the window (module docstring): the planner's first c_T probe
+        measures C_T_FIRST warm steps (their median rejects one stall), and a stall is then one outlier among
+        up to C_T_WINDOW."""
+        if warm and self.online:  # the one-node verification is priced by c_T: no correction table to refresh
+            self._ar_window.append(step.seconds / self.model.context_factor(context))
+            self.ar_step = statistics.median(self._ar_window)
             self.ar_seen += 1
 
     def observe_draft(self, step: StepRecord, facts: TreeFacts, context: float | None, host: bool) -> None:
@@ -392,7 +403,9 @@ class OnlineCosts:
         if not self.online:
             return
         self.ar_step = self.model.ar_step * other.ar_step / other.model.ar_step
-        self.ar_seen = min(other.ar_seen, 1)  # the next measurements still weigh as a running mean
+        self.ar_seen = min(other.ar_seen, 1)
+        # a member, measured: the next measurement counts as its mean with it, two as their own level
+        self._ar_window = deque([self.ar_step], maxlen=C_T_WINDOW)
         self.rest = self.model.loop * other.rest / other.model.loop if other.model.loop > 0 else other.rest
         self.verify_level = other.verify_level
         self._gram, self._moment = other._gram, other._moment
@@ -411,11 +424,11 @@ class OnlineCosts:
         self.verify_seen[b] = min(self.verify_seen[b] + 1, 1 / COST_WEIGHT)
         self._stale = True
 
-    def _ema(self, old: float, new: float, weight: float = COST_WEIGHT) -> float:
+    def _ema(self, old: float, new: float) -> float:
         if not self.online:
             return old
         old = max(old, 1e-6)  # a part the profile measured as nothing (the loop next to a forward) still ticks
         new = min(max(new, old / CLIP), old * CLIP)
-        return math.exp((1 - weight) * math.log(old) + weight * math.log(new))
+        return math.exp((1 - COST_WEIGHT) * math.log(old) + COST_WEIGHT * math.log(new))
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from .cost import CostModel
-from .estimates import Calibration, DepthStats, OnlineCosts, tested_nodes
+from .estimates import C_T_FIRST, Calibration, DepthStats, OnlineCosts, tested_nodes
 
 __all__ = ["StepRecord", "TreeFacts", "Plan", "PlanStats", "StepPlanner", "MARGIN"]
 
@@ -316,7 +316,9 @@ class StepPlanner:
             # Drafting every step measures no plain step, and c_T, the unit of every decision, would stay
             # the profile's (the EAGLE head's profile on the demo pair: 9.1 ms at batch 1 against the AR
             # run's 6.4, so each plan looked 1.4x better than it was): WARM_AFTER + 1 plain steps re-measure it.
-            state.c_t_probe, depth, probe = WARM_AFTER, 0, True
+            # The first probe measures C_T_FIRST warm steps: c_T is then their median, not one step's reading.
+            state.c_t_probe = WARM_AFTER + (C_T_FIRST - 1 if self.costs.ar_seen == 0 else 0)
+            depth, probe = 0, True
         self._plan = Plan(depth, float(length[depth]), float(seconds[depth]), probe, warmup)
         return self._plan
 

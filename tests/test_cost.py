@@ -280,6 +280,30 @@ def test_profile_measures_out_of_line_points_again(monkeypatch):
     assert len(notes) == 1 and notes[0].startswith("verify: after 2 re-measurements, points [1, 2] still spread")
 
 
+@pytest.mark.parametrize("rounds, want, noted", [
+    ([[1.1] * 8], 1.1, False),  # in line: measured once
+    ([[6.0] * 8, [1.2] * 8, [1.2] * 8], 1.2, False),  # a stalled first measurement is outvoted
+    ([[1.0, 1.0, 9.0, 9.0, 1.0, 1.0, 9.0, 9.0]] * 3, 5.0, True),  # spread too wide every time: noted
+    ([[3.0] * 8] * 3, 3.0, True),  # 3x the one-node forward every time: noted, not hidden
+])
+def test_profile_measures_an_out_of_line_ar_step_again(monkeypatch, rounds, want, noted):
+    """c_T, the unit of every plan, is checked like the other points and against the one-node verification
+    it contains (a profile taken while the machine stalled read c_T at 6x that forward)."""
+    from specdec import profiling
+
+    calls = []
+
+    def samples(*args):
+        calls.append(args)
+        return np.array(rounds[len(calls) - 1])
+
+    monkeypatch.setattr(profiling, "_ar_step_samples", samples)
+    notes: list[str] = []
+    step, _ = profiling._ar_step_seconds(None, 1, 64, 1, "torch", None, 1.0, "ar_step at batch 1", notes)
+    assert step == pytest.approx(want) and len(calls) == (profiling.RETRIES + 1 if noted else len(rounds))
+    assert len(notes) == noted and (not noted or notes[0].startswith("ar_step at batch 1: after 2 re-measurements"))
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"sizes": (1, 2)}, "sizes: the fit needs at least 3"),
     ({"sizes": (4, 2, 1)}, "sizes: expected increasing positive ints"),

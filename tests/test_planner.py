@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from specdec.cost import CostModel, Curve
-from specdec.estimates import Estimates, OnlineCosts
+from specdec.estimates import C_T_FIRST, C_T_WINDOW, Estimates, OnlineCosts
 from specdec.planner import (BACKOFF, C_T_EVERY, COLD_PROBE, MARGIN, REPLAN_EVERY, SPREAD_WEIGHT, WARM_AFTER, WARMUP,
                              StepPlanner, StepRecord, TreeFacts)
 from test_cost import make_cost
@@ -120,6 +120,33 @@ def test_online_costs_follow_the_timers_in_level_and_shape():
     assert costs.draft(2, 2, 4) == pytest.approx(want, rel=0.05)
 
 
+def test_c_t_ignores_a_burst_of_stalls_and_follows_a_lasting_change():
+    """c_T is the unit of every plan: a burst of stalled plain steps (a shared CPU: 40-55 ms against 12-13 at
+    batch 8) must not lift it, or every drafting plan looks better by the same factor while the drafting
+    prices, measured only when drafting, stay where they were. A lasting change is followed within a window."""
+    model = make_cost(ar_step=4e-3, loop=5e-4)
+    costs = OnlineCosts(model)
+    costs.observe_ar(record(1, 6e-3), None, warm=True)  # the profile's value is no member: one measurement
+    assert costs.ar_step == pytest.approx(6e-3)        # replaces it
+    costs.observe_ar(record(1, 3e-2), None, warm=True)
+    costs.observe_ar(record(1, 6e-3), None, warm=True)  # three (the first c_T probe's): one stall is rejected
+    assert costs.ar_step == pytest.approx(6e-3)
+    for _ in range(40):
+        costs.observe_ar(record(1, 5e-3), None, warm=True)
+    for _ in range(C_T_WINDOW // 2):  # stalled steps at 3-10x: a running mean (weight 0.15) read 2.6x
+        costs.observe_ar(record(1, 1.5e-2 + 3.5e-2 * (_ % 2)), None, warm=True)
+    assert costs.ar_step == pytest.approx(5e-3)
+    for _ in range(C_T_WINDOW // 2 + 1):  # the machine slower for good: c_T follows within a window
+        costs.observe_ar(record(1, 7e-3), None, warm=True)
+    assert costs.ar_step == pytest.approx(7e-3)
+    seeded = OnlineCosts(replace(model, ar_step=8e-3))  # another batch size starts from this one's ratio
+    seeded.seed(costs)
+    assert seeded.ar_step == pytest.approx(14e-3)
+    seeded.observe_ar(record(1, 10e-3), None, warm=True)
+    seeded.observe_ar(record(1, 10e-3), None, warm=True)
+    assert seeded.ar_step == pytest.approx(10e-3)
+
+
 def test_online_costs_learn_the_slope_between_nearby_widths():
     """A profile flat from 8 to 14 nodes (a batch-1 CPU) while the loop measures 14 nodes 40% dearer than 8:
     each width up to FINE has its own correction, so a planner choosing between them sees the slope (one
@@ -194,27 +221,28 @@ class RecordingDepths(FixedDepths):
 
 
 def test_a_planner_that_always_drafts_re_measures_c_t_with_a_few_plain_steps():
-    """Drafting every step measures no plain step: after WARMUP drafting steps, then every C_T_EVERY, the
-    planner takes WARM_AFTER + 1 plain steps, and c_T follows the last one (the first ones run cold)."""
+    """Drafting every step measures no plain step: after WARMUP drafting steps the planner takes
+    WARM_AFTER + C_T_FIRST plain steps (c_T the median of the last C_T_FIRST: the first ones run cold), then
+    every C_T_EVERY drafting steps WARM_AFTER + 1 (one more member of c_T's window)."""
     cost = knee_cost(6, 1e-3)
     planner = StepPlanner(MAX_DEPTH, probe_every=1000)
     planner.start(cost)
     planner.depths = RecordingDepths(0.9)  # drafting pays by far
-    depths = []
-    for _ in range(WARMUP + 1 + C_T_EVERY + 2 * (WARM_AFTER + 1)):
+    depths, first_probe = [], WARM_AFTER + C_T_FIRST
+    for _ in range(WARMUP + first_probe + C_T_EVERY + WARM_AFTER + 2):  # one drafting step learns the last
         plan = planner.plan(backlog=1)
         depths.append(plan.depth)
         if plan.depth:
             step = StepRecord(8, np.array([plan.length]), 0.2 * plan.seconds, 0.0, 0.8 * plan.seconds, 0.0)
             planner.record(step, TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=1))
-        else:  # plain steps take half the profiled c_T
+        else:  # plain steps take half the profiled c_T; one of the first probe's warm steps stalls
             assert plan.probe
-            planner.record(record(1, cost.ar_step / 2), None)
+            stalled = len(depths) == WARMUP + WARM_AFTER + 2
+            planner.record(record(1, 5 * cost.ar_step if stalled else cost.ar_step / 2), None)
     plain = [i for i, d in enumerate(depths) if d == 0]
-    first = WARMUP
-    assert plain == list(range(first, first + WARM_AFTER + 1)) + \
-        list(range(first + WARM_AFTER + 1 + C_T_EVERY, first + 2 * (WARM_AFTER + 1) + C_T_EVERY))
-    assert planner.costs.ar_seen == 2 and planner.costs.ar(None) < 0.95 * cost.ar_step
+    second = WARMUP + first_probe + C_T_EVERY
+    assert plain == list(range(WARMUP, WARMUP + first_probe)) + list(range(second, second + WARM_AFTER + 1))
+    assert planner.costs.ar_seen == C_T_FIRST + 1 and planner.costs.ar(None) == pytest.approx(cost.ar_step / 2)
 
 
 @pytest.mark.parametrize("realise", [False, True])
@@ -437,7 +465,7 @@ def test_warm_up_probes_do_not_move_the_realised_rate():
     plans = [draft_step(planner, 0.5, share=0.5) for _ in range(WARMUP)]
     assert all(p.probe and p.depth == MAX_DEPTH for p in plans)
     assert planner.state.realised == 1.0
-    for _ in range(WARM_AFTER + 1):  # re-measuring c_T after the warm-up (its own test): not a decision
+    for _ in range(WARM_AFTER + C_T_FIRST):  # re-measuring c_T after the warm-up (its own test): not a decision
         assert planner.plan(backlog=1).depth == 0
         planner.record(record(1, planner.costs.ar(None)), None)
     plan = draft_step(planner, 0.5, share=0.5)
