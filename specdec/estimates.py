@@ -18,8 +18,9 @@
   plain steps in their steady state (a median, not a running mean: c_T is the unit of every decision, and
   on a shared CPU a burst of stalled steps, 40-55 ms against 12-13 at batch 8, lifted a running mean 40%
   for dozens of steps while the drafting prices, measured only when drafting, kept their level: drafting
-  then looked up to 1.4x better than it was), the verify stage per width (one multiplicative correction per width up to FINE and per
-  power-of-two bucket beyond, shrunk toward a common level: level and shape; a tree planner's widths
+  then looked up to 1.4x better than it was), the verify stage per width (one multiplicative correction
+  per width up to FINE and per power-of-two bucket beyond, shrunk toward a common level: level and
+  shape; a tree planner's widths
   differ by a few nodes, and one correction for widths 8-15 kept the profile's shape there: a batch-1 CPU
   profile flat from 2 to 16 nodes, where the loop measured 0.3 ms a node, priced a 14-node EAGLE tree
   like an 8-node one), the draft's part (one factor on catch-up + layer forwards: it
@@ -404,7 +405,7 @@ class OnlineCosts:
             return
         self.ar_step = self.model.ar_step * other.ar_step / other.model.ar_step
         self.ar_seen = min(other.ar_seen, 1)
-        # a member, measured: the next measurement counts as its mean with it, two as their own level
+        # a member, measured: the next measurement counts as its mean with it, two outvote it
         self._ar_window = deque([self.ar_step], maxlen=C_T_WINDOW)
         self.rest = self.model.loop * other.rest / other.model.loop if other.model.loop > 0 else other.rest
         self.verify_level = other.verify_level

@@ -402,10 +402,10 @@ def _ar_step_samples(target: PreTrainedModel, batch_size: int, context_len: int,
 def _ar_step_seconds(target: PreTrainedModel, batch_size: int, context_len: int, repeats: int, backend: str,
                      gen: torch.Generator, one_node: float, what: str, notes: list[str]) -> tuple[float, float]:
     """Median and spread of a plain decoding step (`_ar_step_samples`), with the self-check: a round of steps
-    that spreads more than MAX_SPREAD, or a pooled median outside AR_BAND times the one-node verification `one_node` (an AR step is
-    that forward plus the loop's work: 0.9-1.4x in fifteen profiles on the 2-core CPU, 5.8-6.2x in one taken
-    while the machine stalled), are measured again (pooled), up to RETRIES rounds; what stays out goes to
-    `notes`."""
+    that spreads more than MAX_SPREAD, or a pooled median outside AR_BAND times the one-node verification
+    `one_node` (an AR step is that forward plus the loop's work: 0.9-1.4x in fifteen cached profiles of the
+    2-core CPU, 5.8-6.2x in one taken while the machine stalled), is measured again (pooled), up to RETRIES
+    rounds; what stays out goes to `notes`."""
     last = t = _ar_step_samples(target, batch_size, context_len, repeats, backend, gen)
     low, high = AR_BAND
 
