@@ -317,8 +317,7 @@ class StepPlanner:
             # the profile's (the EAGLE head's profile on the demo pair: 9.1 ms at batch 1 against the AR
             # run's 6.4, so each plan looked 1.4x better than it was): WARM_AFTER + 1 plain steps re-measure it.
             # The first probe measures C_T_FIRST warm steps: c_T is then their median, not one step's reading.
-            state.c_t_probe = WARM_AFTER + (C_T_FIRST - 1 if self.costs.ar_seen == 0 else 0)
-            depth, probe = 0, True
+            state.c_t_probe, depth, probe = WARM_AFTER + (C_T_FIRST - 1 if not self.costs.ar_seen else 0), 0, True
         self._plan = Plan(depth, float(length[depth]), float(seconds[depth]), probe, warmup)
         return self._plan
 
