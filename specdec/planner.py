@@ -309,6 +309,8 @@ class StepPlanner:
             state.since_probe = 0
             state.backoff = 1 if state.drafting else min(2 * state.backoff, BACKOFF)
             depth, probe = (min(best + 2, deepest) if state.drafting else best), True
+            if not state.drafting:  # weigh the probe's evidence at the next step, not after the quiet ones
+                state.quiet = 0
         else:
             depth, probe = (best if state.drafting else 0), False
         if depth and not probe and 0 in self.choices and \

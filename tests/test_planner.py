@@ -213,6 +213,20 @@ def test_plain_decoding_weighs_the_plan_only_every_few_steps(case, monkeypatch):
     assert len(calls) == steps // REPLAN_EVERY
 
 
+def test_a_probe_from_plain_decoding_is_weighed_at_the_next_step():
+    """A probe taken while plain decoding pays is weighed by a full plan at the very next step: one that
+    finds drafting paying again resumes it at once, not after REPLAN_EVERY - 1 more plain steps (seen on the
+    demo pair at batch 4: seven plain steps after each probe that said drafting paid)."""
+    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=4)
+    planner.start(knee_cost(6, 1e-3))
+    planner.depths = FixedDepths(0.3)  # drafting does not pay, but could: plain steps and probes
+    plans = [planner.plan() for _ in range(planner.probe_every)]
+    assert [p.depth > 0 for p in plans] == [False] * 3 + [True] and plans[-1].probe
+    planner.depths = FixedDepths(0.9)  # what the probe found: drafting pays again
+    plan = planner.plan()
+    assert plan.depth > 0 and not plan.probe and planner.state.drafting
+
+
 class RecordingDepths(FixedDepths):
     """FixedDepths that accepts the planner's records (and learns nothing from them)."""
 
