@@ -313,7 +313,7 @@ class StepPlanner:
                 state.quiet = 0
         else:
             depth, probe = (best if state.drafting else 0), False
-        if depth and not probe and 0 in self.choices and \
+        if depth and not probe and 0 in self.choices and self.online and \
                 state.drafted_run >= (C_T_EVERY if self.costs.ar_seen else WARMUP):
             # Drafting every step measures no plain step, and c_T, the unit of every decision, would stay
             # the profile's (the EAGLE head's profile on the demo pair: 9.1 ms at batch 1 against the AR
