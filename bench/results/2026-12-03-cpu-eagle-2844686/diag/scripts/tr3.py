@@ -10,7 +10,7 @@ tok = load_tokenizer("demo-target", "--target")
 target = load_model("demo-target", dtype="float32", device="cpu", what="--target")
 head = load_eagle(None, target, "demo-target")
 cost = smart_profile(None, target, head, [1, 4, 8, 16])
-prompts = harness.fit(harness.encode(tok, harness.load_prompts("humaneval", 16), False), target, 64)
+prompts = harness.fit(harness.encode(tok, harness.load_prompts(sys.argv[3] if len(sys.argv) > 3 else "humaneval", 16), False), target, 64)
 log = []
 orig_plan, orig_rec = StepPlanner.plan, StepPlanner.record
 def plan(self, backlog=1, context=None, cold=False):
@@ -37,10 +37,10 @@ sup = harness.make_supplier("eagle-smart", None, cost=cost, eagle=head)
 runs = [harness.Run("ar", harness.make_supplier("ar", None), None), harness.Run("eagle-smart", sup, None)]
 for r in runs:
     harness.run_method(target, r.supplier, prompts[:b], batch_size=b, max_new_tokens=4, method=r.method,
-                       prompt_set="humaneval", pad_token_id=tok.pad_token_id, eos_token_id=None)
+                       prompt_set=(sys.argv[3] if len(sys.argv) > 3 else "humaneval"), pad_token_id=tok.pad_token_id, eos_token_id=None)
 log.append(["=== timed"])
 res = harness.run_interleaved(target, runs, prompts, batch_size=b, max_new_tokens=64, pad_token_id=tok.pad_token_id,
-                              eos_token_id=tok.eos_token_id, prompt_set="humaneval", repeats=reps)
+                              eos_token_id=tok.eos_token_id, prompt_set=(sys.argv[3] if len(sys.argv) > 3 else "humaneval"), repeats=reps)
 ar = res[0][0]
 for r, (m, _) in zip(runs, res):
     print(r.method, round(m.tokens_per_second, 1), round(m.tokens_per_second / ar.tokens_per_second, 3), m.steps_drafted, m.steps_ar, m.round_seconds)
