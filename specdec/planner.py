@@ -315,9 +315,10 @@ class StepPlanner:
             depth, probe = (best if state.drafting else 0), False
         if depth and not probe and 0 in self.choices and self.online and \
                 state.drafted_run >= (C_T_EVERY if self.costs.ar_seen else WARMUP):
-            # Drafting every step measures no plain step, and c_T, the unit of every decision, would stay
-            # the profile's (the EAGLE head's profile on the demo pair: 9.1 ms at batch 1 against the AR
-            # run's 6.4, so each plan looked 1.4x better than it was): WARM_AFTER + 1 plain steps re-measure it.
+            # Drafting every step measures no plain step, and c_T, the unit of every decision, would stay the
+            # profile's (the EAGLE head's profile on the demo pair: 9.1 ms at batch 1 against the AR run's
+            # 6.4, so each plan looked 1.4x better than it was): WARM_AFTER + 1 plain steps re-measure it
+            # (frozen costs would learn nothing from them: none then).
             # The first probe measures C_T_FIRST warm steps: c_T is then their median, not one step's reading.
             state.c_t_probe, depth, probe = WARM_AFTER + (C_T_FIRST - 1 if not self.costs.ar_seen else 0), 0, True
         self._plan = Plan(depth, float(length[depth]), float(seconds[depth]), probe, warmup)
