@@ -12,11 +12,8 @@ _, ids, mask = harness._batches(prompts, b, tok.pad_token_id, target.device)[0]
 start = (mask == 0).sum(1)
 vs = {"plain": TreeVerifier(target), "feat": TreeVerifier(target)}
 vs["feat"].request_features((2, 3, 3))
-from specdec.cache import TreeCache
 times = {k: [] for k in vs}
 with torch.inference_mode():
-    for k, v in vs.items():
-        pass
     for rep in range(n):
         for k in (list(vs) if rep % 2 else list(vs)[::-1]):
             v = vs[k]
