@@ -396,6 +396,38 @@ def test_calls_that_do_not_draft_age_the_spread_toward_one():
     assert single.state.spread == 1.0
 
 
+def test_a_batch_size_not_measured_yet_takes_the_spread_the_measured_ones_predict():
+    """A batch waits for its slowest row, so its spread falls with the batch size: measured 0.8 at batch 2,
+    batch 4 (never measured) is predicted 1 / (1 + 0.25 * e4 / e2), where e_B is the expected maximum of B
+    standard normal draws, and drafting's gain there (1.13x over AR before the spread) falls below the
+    margin, where a spread assumed to be 1 would draft. Batch 1 stays at 1; a batch size's own measurement
+    replaces the prediction; and a batch size met before any was measured is predicted once one is."""
+    cost = knee_cost(6, 1e-3)
+    _, speedup = brute_force(cost, FixedDepths(0.5))
+    e = {b: float(np.mean(np.max(np.random.default_rng(b).standard_normal((400_000, b)), axis=1))) for b in (2, 4)}
+    want = 1 / (1 + 0.25 * e[4] / e[2])
+    assert speedup * want < 1 + MARGIN / 2 < 1 + MARGIN < speedup  # drafting pays unless the spread is priced
+    at = {b: replace(cost, batch_size=b) for b in (1, 2, 4, 8)}  # one profile per batch size, as a server holds
+    planner = StepPlanner(MAX_DEPTH, online=False, realise=False, probe_every=1000)
+    planner.depths = RecordingDepths(0.5)
+    planner.start(at[4])  # met first, nothing measured yet: 1
+    assert planner.state.spread == 1.0
+    both, first = [True, True], [True, False]
+    run_call(planner, at[2], [(both, [1, 2])] * 4 + [(first, [1])] * 4)
+    assert planner.state.spread == pytest.approx(0.8)
+    planner.start(at[4])
+    assert planner.state.spread == pytest.approx(want, abs=0.01)  # Blom's approximation of e_B
+    assert planner.plan(backlog=1).depth == 0
+    planner.start(at[8])  # a new batch size: predicted, not copied from batch 2 or 4
+    assert planner.state.spread < want
+    planner.start(at[1])
+    assert planner.state.spread == 1.0 and planner.plan(backlog=1).depth > 0
+    planner.depths = RecordingDepths(0.9)  # drafting pays by far: batch 8 drafts despite its predicted spread
+    run_call(planner, at[8], [([True] * 8, [2] * 8)] * 4)  # and measures rows that move alike: its own 1.0 stands
+    planner.start(at[8])
+    assert planner.state.spread == 1.0
+
+
 def test_tested_nodes_of_one_row_match_the_batched_walk():
     """`tested_nodes` at batch 1 walks the tree in Python; on random trees and verdicts (paths that end inside
     the tree, at a leaf, or on a token no child holds) it marks the same nodes as the numpy walk."""
