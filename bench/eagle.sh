@@ -3,8 +3,9 @@
 # head's chain and tree (a small sweep of depth:topk:total_tokens and of chain depths) and EAGLE + ValuSpec
 # (the demo draft as scorer), on HumanEval and Spec-Bench prompts at batch 1, 4, 8 and 16. Interleaved:
 # every configuration runs once per round and keeps its fastest of 3 rounds (speedup = tokens/s over AR's
-# in the same run). One `specdec bench` per prompt set, so that each exclusive stretch stays short. Run on a
-# quiet machine (here: under /work/bin/cpu-exclusive).
+# in the same run); ar-control, AR run again right after AR, gives each cell's noise floor. One
+# `specdec bench` per prompt set, so that each exclusive stretch stays short. Run on a quiet machine (here:
+# under /work/bin/cpu-exclusive).
 #
 #   bash bench/eagle.sh [OUT]          # ~2 x 7 minutes on a quiet 2-core CPU
 #   QUICK=1 bash bench/eagle.sh /tmp/x # tiny settings: the pipeline end to end in ~1 minute
@@ -27,7 +28,7 @@ else
 fi
 # The draft's tree is the demo's (depth 4, top-2, 10 nodes; chain depth 4). EAGLE trees: depth:topk:nodes.
 for SET in "${SETS[@]}"; do
-  "${SPECDEC[@]}" bench --prompt-sets "$SET" --methods ar chain tree eagle eagle-chain eagle-smart \
+  "${SPECDEC[@]}" bench --prompt-sets "$SET" --methods ar chain tree eagle eagle-chain eagle-smart --control \
     --depth 4 --topk 2 --total-tokens 10 \
     --eagle-shapes 4:2:8 5:2:10 5:4:12 6:4:16 8:4:24 --eagle-chain-depths 4 6 \
     --valuspec-methods eagle-6x4x16 --calibration-size 8 \

@@ -35,9 +35,10 @@ fi
 # chain. SMART: the step planner (default: expected benefit, padding-aware batches) and planner=0, which
 # drafts every step with the deepest cap (no plain steps: SMART before the planner decided per step), and
 # topk=8,frontier=8, the wide trees that were the default before narrow ones (2 and 2) measured faster.
-# Every method of a cell is measured interleaved, best of SMART_REPEATS.
+# Every method of a cell is measured interleaved, best of SMART_REPEATS; ar-control (--control) is AR run
+# again right after AR: its speedup over AR is the cell's noise floor.
 "${SPECDEC[@]}" bench --prompt-sets ${SMART_PROMPT_SETS:-humaneval spec_bench} --methods ar chain tree smart --depth 5 \
-  --topk 4 --tree-sizes 10 32 64 --smart-variants default planner=0 topk=8,frontier=8 \
+  --control --topk 4 --tree-sizes 10 32 64 --smart-variants default planner=0 topk=8,frontier=8 \
   --profile "$OUT/profile.json" --batch-sizes "${BATCHES[@]}" --num-prompts "$PROMPTS" \
   --max-new-tokens "$TOKENS" --repeats "$REPEATS" --device "$DEVICE" --out "$OUT"
 echo "wrote $OUT"

@@ -226,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4])
     bench.add_argument("--max-new-tokens", type=int, default=64)
     bench.add_argument("--repeats", type=int, default=1, help="timed runs per batch, the fastest counts (best of N)")
+    bench.add_argument("--control", action="store_true", help="also run AR a second time, as ar-control, measured "
+                       "like every method: its speedup over AR is each cell's noise floor")
     bench.add_argument("--device", default="auto")
     bench.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     bench.add_argument("--chat", action="store_true", help="wrap prompts in the tokenizer's chat template")

@@ -139,6 +139,9 @@ def variant_runs(args: argparse.Namespace, runs: dict, cost: Profile | None) -> 
     return out, options
 
 
+CONTROL = "ar-control"  # `specdec bench --control`: AR run again, whose speedup over AR is the noise floor
+
+
 def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None, prompt_sets: list[str],
              num_prompts: int, methods: list[str], chat: bool = False,
              stdlib_files: int | None = None) -> tuple[list[harness.MethodResult], dict]:
@@ -167,6 +170,8 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
             runs.update({m if len(args.budgets) == 1 else f"{m}-{b}": (m, b) for b in args.budgets})
         else:
             runs[m] = (m, max(args.budgets))  # retrieval-smart: the largest budget is its cap
+        if m == "ar" and getattr(args, "control", False):  # an A/A run: the same AR, measured right after it
+            runs[CONTROL] = ("ar", max(args.budgets))
     # retrieval-smart and prompt-lookup-smart share SMART's profile (its target parts; they draft nothing)
     # ... and ValuSpec's cost gate, when a profile is at hand (a planned method, or --profile)
     cost = (smart_profile(getattr(args, "profile", None), target, draft, args.batch_sizes)

@@ -100,6 +100,29 @@ def test_bench_runs_tree_sizes_and_smart_variants(saved, profiled, tmp_path):  #
         main(["bench", "--methods", "smartest"])
 
 
+def test_bench_control_runs_ar_again_beside_it(saved, tmp_path):  # noqa: F811
+    """--control adds ar-control: AR measured a second time, right after AR in each round, so its speedup
+    over AR (every round's own ratio too) is the cell's noise floor; its output is AR's."""
+    root, _, _ = saved
+    assert main(["bench", "--target", str(root / "target"), "--num-prompts", "2", "--batch-sizes", "1", "2",
+                 "--max-new-tokens", "5", "--methods", "ar", "--control", "--repeats", "2", "--prompt-sets",
+                 "spec_bench", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    (run,) = tmp_path.iterdir()
+    rows = json.loads((run / "results.json").read_text())["results"]
+    for r in rows:  # lists are kept as JSON text in a row (as in results.csv)
+        r.update({k: json.loads(r[k]) for k in ("round_seconds", "speedup_by_round")})
+    assert [(r["method"], r["batch_size"]) for r in rows] == [(m, b) for b in (1, 2) for m in ("ar", "ar-control")]
+    for r in rows:
+        assert r["identical_to_ar"] and r["mean_accepted_length"] == 1.0 and len(r["round_seconds"]) == 2
+        assert len(r["speedup_by_round"]) == 2 and all(x > 0 for x in r["speedup_by_round"])
+    ar = {r["batch_size"]: r for r in rows if r["method"] == "ar"}
+    assert all(r["speedup_vs_ar"] == 1.0 and r["speedup_by_round"] == [1.0, 1.0] for r in ar.values())
+    for r in (r for r in rows if r["method"] == "ar-control"):
+        a = ar[r["batch_size"]]
+        assert r["speedup_vs_ar"] == pytest.approx(r["tokens_per_second"] / a["tokens_per_second"])
+        assert r["round_seconds"] != a["round_seconds"]  # timed on its own, not a copy of AR's row
+
+
 def test_bench_rejects_a_bad_variant(saved, profiled, capsys, tmp_path):  # noqa: F811
     root, _, _ = saved
     assert main(["bench", "--target", str(root / "target"), "--draft", str(root / "draft"), "--num-prompts", "1",
