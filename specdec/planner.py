@@ -271,7 +271,7 @@ class StepPlanner:
 
     def _new_state(self, cost: CostModel) -> _BatchState:
         """The state of a batch size met for the first time: from the nearest batch size already planned
-        (its cost corrections and mode, its realised rate and spread; the probe schedule starts afresh), else
+        (its cost corrections and mode, its realised rate; the probe schedule starts afresh), else
         the profile's. A server's batch sizes vary, and a prompt set's ragged last batch is one (learned from
         scratch, its first two calls ran 1.30x and 1.13x as long as AR: README, "The planner"). Its spread is
         predicted from every measured batch size (`start`), not copied."""
