@@ -26,30 +26,10 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from .ops.bits import as_int32, pack_bits, unpack_bits
+from .ops.tree_metadata import ancestor_mask_ref, depth_ref, detached_parents, tree_metadata
+
 __all__ = ["TreeBatch", "pack_bits", "unpack_bits", "prefill_mask", "prompt_tree_mask"]
-
-
-def pack_bits(bits: Tensor) -> Tensor:
-    """Pack a bool tensor [..., N] into little-endian int32 words [..., ceil(N/32)] (bit m of word w: m + 32w)."""
-    n = bits.shape[-1]
-    words = max(1, math.ceil(n / 32))
-    padded = torch.zeros(*bits.shape[:-1], words * 32, dtype=torch.int64, device=bits.device)
-    padded[..., :n] = bits.to(torch.int64)
-    weights = torch.ones(32, dtype=torch.int64, device=bits.device) << torch.arange(32, device=bits.device)
-    packed = (padded.view(*bits.shape[:-1], words, 32) * weights).sum(-1)
-    return _as_int32(packed)
-
-
-def unpack_bits(words: Tensor, n: int) -> Tensor:
-    """Inverse of `pack_bits`: int32 words [..., W] -> bool [..., n] (n <= 32 W)."""
-    shifts = torch.arange(32, device=words.device, dtype=torch.int64)
-    bits = (words.to(torch.int64)[..., None] >> shifts) & 1
-    return bits.flatten(-2)[..., :n].bool()
-
-
-def _as_int32(words: Tensor) -> Tensor:
-    """int64 words in [0, 2^32) -> int32 with the same bit pattern (torch's narrowing cast does not promise it)."""
-    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
 
 
 def prefill_mask(start: Tensor, num_tokens: int) -> Tensor:
@@ -68,7 +48,7 @@ def prefill_mask(start: Tensor, num_tokens: int) -> Tensor:
     span = ((1 << hi) - 1) ^ ((1 << lo) - 1)  # bits lo .. hi-1; int64 holds 1 << 32
     own = (col - base >= 0) & (col - base < 32)
     self_bit = torch.where(own, 1 << (col - base).clamp(0, 31), 0)
-    return _as_int32(span | self_bit)
+    return as_int32(span | self_bit)
 
 
 def prompt_tree_mask(start: Tensor, num_prompt: int, tree_mask: Tensor) -> Tensor:
@@ -342,8 +322,7 @@ class TreeBatch:
     @cached_property
     def _parents(self) -> Tensor:
         """Parent pointers with padding nodes (and anything out of range) detached: -1."""
-        p = torch.where(self.valid, self.parents, -1)
-        return torch.where(p < torch.arange(self.size, device=self.device), p, -1)
+        return detached_parents(self.parents, self.num_nodes)
 
     @cached_property
     def _kernel_metadata(self) -> tuple[Tensor, Tensor] | None:
@@ -351,8 +330,6 @@ class TreeBatch:
         Triton is installed, instead of a few dozen small torch launches); None elsewhere."""
         if self.device.type != "cuda":
             return None
-        from .ops.tree_metadata import tree_metadata  # lazy: specdec.ops imports this module
-
         return tree_metadata(self.parents, self.num_nodes)
 
     @cached_property
@@ -362,7 +339,7 @@ class TreeBatch:
             return torch.zeros_like(self.tokens)
         if self._kernel_metadata is not None:
             return self._kernel_metadata[0]
-        return self._depth_torch()
+        return depth_ref(self._parents)
 
     @cached_property
     def ancestor_mask(self) -> Tensor:
@@ -371,7 +348,7 @@ class TreeBatch:
             return torch.ones((self.batch_size, 1, 1), dtype=torch.int32, device=self.device)
         if self._kernel_metadata is not None:
             return self._kernel_metadata[1]
-        return self._ancestor_mask_torch()
+        return ancestor_mask_ref(self._parents)
 
     def path_min(self, values: Tensor) -> Tensor:
         """[B, T]: the least of `values` [B, T] (float) along each node's root path, the node included.
@@ -381,36 +358,6 @@ class TreeBatch:
         under ancestors."""
         on_path = unpack_bits(self.ancestor_mask, self.size)  # [B, node, ancestor-or-self]
         return torch.where(on_path, values[:, None, :], float("inf")).amin(2)
-
-    def _depth_torch(self) -> Tensor:
-        """`depth` by pointer jumping in torch (the reference of `ops.tree_metadata`)."""
-        depth = (self._parents >= 0).to(torch.int64)
-        jump = self._parents
-        for _ in range(max(1, math.ceil(math.log2(self.size + 1)))):
-            has = jump >= 0
-            safe = jump.clamp(min=0)
-            depth = depth + torch.where(has, depth.gather(1, safe), 0)
-            jump = torch.where(has, jump.gather(1, safe), -1)
-        return depth
-
-    def _ancestor_mask_torch(self) -> Tensor:
-        """`ancestor_mask` by pointer jumping in torch (the reference of `ops.tree_metadata`)."""
-        B, T = self.tokens.shape
-        idx = torch.arange(T, device=self.device)
-        bits = torch.zeros(B, T, T, dtype=torch.bool, device=self.device)
-        bits[:, idx, idx] = True
-        p = self._parents
-        has = p >= 0
-        parent_bit = torch.zeros_like(bits)
-        parent_bit.scatter_(2, p.clamp(min=0)[:, :, None], has[:, :, None])
-        bits |= parent_bit
-        jump = p
-        for _ in range(max(1, math.ceil(math.log2(T + 1)))):  # bits[i] |= bits[2^k-th ancestor]
-            has = jump >= 0
-            safe = jump.clamp(min=0)
-            bits = bits | (torch.gather(bits, 1, safe[:, :, None].expand(B, T, T)) & has[:, :, None])
-            jump = torch.where(has, jump.gather(1, safe), -1)
-        return pack_bits(bits)
 
     @cached_property
     def leaves(self) -> Tensor:

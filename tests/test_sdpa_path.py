@@ -170,8 +170,9 @@ def test_chain_constructor_matches_general_derivations(T):
     num_nodes = torch.tensor([T, max(1, T // 2), 1])
     chain = TreeBatch.chain(tokens, num_nodes)
     general = TreeBatch(tokens, (torch.arange(T) - 1).expand(3, T).contiguous(), num_nodes)
-    assert torch.equal(chain.depth, general._depth_torch())
-    assert torch.equal(chain.ancestor_mask, general._ancestor_mask_torch())
+    ref_depth, ref_mask = ops.tree_metadata_ref(general.parents, general.num_nodes)
+    assert torch.equal(chain.depth, ref_depth)
+    assert torch.equal(chain.ancestor_mask, ref_mask)
     assert torch.equal(chain.paths, general.paths) and chain.max_depth == T - 1
     chain.validate()
 

@@ -1,4 +1,4 @@
-"""The Triton tree-metadata kernel against `TreeBatch`'s torch derivations (the reference).
+"""The Triton tree-metadata kernel against its pure-torch reference `ops.tree_metadata_ref`.
 
 Without a GPU it runs under Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1).
 """
@@ -30,15 +30,23 @@ def ragged_parents(B: int, T: int, seed: int) -> tuple[torch.Tensor, torch.Tenso
 
 
 @pytest.mark.parametrize("T", [1, 7, 33, 70])
-def test_matches_treebatch(T):
+def test_matches_the_reference(T):
     parents, num_nodes = ragged_parents(4, T, seed=T)
     depth, mask = ops.tree_metadata(parents, num_nodes, backend="triton")
-    tree = TreeBatch(parents, parents, num_nodes)
+    ref_depth, ref_mask = ops.tree_metadata_ref(parents, num_nodes)
     assert depth.dtype == torch.int64 and mask.dtype == torch.int32
     assert mask.shape == (4, T, (T + 31) // 32)
-    assert torch.equal(depth, tree._depth_torch())
-    assert torch.equal(mask, tree._ancestor_mask_torch())
+    assert torch.equal(depth, ref_depth)
+    assert torch.equal(mask, ref_mask)
     assert all(torch.equal(a, b) for a, b in zip((depth, mask), ops.tree_metadata(parents, num_nodes, backend="torch")))
+
+
+def test_reference_is_treebatch_derivations():
+    """On the CPU, `TreeBatch.depth` / `.ancestor_mask` are the reference's results."""
+    parents, num_nodes = ragged_parents(4, 33, seed=2)
+    tree = TreeBatch(parents.cpu(), parents.cpu(), num_nodes.cpu())
+    ref_depth, ref_mask = ops.tree_metadata_ref(parents.cpu(), num_nodes.cpu())
+    assert torch.equal(tree.depth, ref_depth) and torch.equal(tree.ancestor_mask, ref_mask)
 
 
 @pytest.mark.parametrize("name, parents", [("chain", list(range(-1, 69))), ("star", [-1] + [0] * 69)])
@@ -47,14 +55,15 @@ def test_chain_and_star_use_every_bit_of_a_word(name, parents):
     p = torch.tensor([parents], device=DEVICE)
     n = torch.tensor([70], device=DEVICE)
     depth, mask = ops.tree_metadata(p, n, backend="triton")
-    tree = TreeBatch(p, p, n)
-    assert torch.equal(depth, tree._depth_torch()) and torch.equal(mask, tree._ancestor_mask_torch())
+    ref_depth, ref_mask = ops.tree_metadata_ref(p, n)
+    assert torch.equal(depth, ref_depth) and torch.equal(mask, ref_mask)
     assert int(depth.max()) == (69 if name == "chain" else 1)
 
 
-def test_worked_example_from_docstring():
-    depth, mask = ops.tree_metadata(torch.tensor([[-1, 0, 0, 1]], device=DEVICE), torch.tensor([4], device=DEVICE),
-                                    backend="triton")
+@pytest.mark.parametrize("op", ["triton", "ref"])
+def test_worked_example_from_docstring(op):
+    args = torch.tensor([[-1, 0, 0, 1]], device=DEVICE), torch.tensor([4], device=DEVICE)
+    depth, mask = ops.tree_metadata(*args, backend="triton") if op == "triton" else ops.tree_metadata_ref(*args)
     assert depth.tolist() == [[0, 1, 1, 2]]
     assert mask[0, :, 0].tolist() == [0b0001, 0b0011, 0b0101, 0b1011]
 
@@ -92,9 +101,10 @@ def test_triton_backend_unavailable_raises(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_gpu_treebatch_uses_the_kernel_and_agrees():
-    """On CUDA, TreeBatch.depth / .ancestor_mask come from the kernel; they equal the torch derivations."""
+    """On CUDA, TreeBatch.depth / .ancestor_mask come from the kernel; they equal the reference."""
     parents, num_nodes = ragged_parents(8, 200, seed=3)
     tree = TreeBatch(parents, parents, num_nodes)
     assert tree._kernel_metadata is not None
-    assert torch.equal(tree.depth, tree._depth_torch())
-    assert torch.equal(tree.ancestor_mask, tree._ancestor_mask_torch())
+    ref_depth, ref_mask = ops.tree_metadata_ref(parents, num_nodes)
+    assert torch.equal(tree.depth, ref_depth)
+    assert torch.equal(tree.ancestor_mask, ref_mask)

@@ -9,12 +9,12 @@ from .logprob import (path_mean, path_mean_ref, token_logprob, token_logprob_fro
 from .smart_expand import COST_FIELDS, Expansion, smart_cost, smart_expand, smart_expand_ref
 from .tree_attention import (SdpaPlan, sdpa_plan, tree_attention, tree_attention_mask, tree_attention_ref,
                              tree_attention_sdpa)
-from .tree_metadata import tree_metadata
+from .tree_metadata import tree_metadata, tree_metadata_ref
 
 __all__ = [
     "BACKENDS",
     "tree_attention", "tree_attention_ref", "tree_attention_sdpa", "tree_attention_mask", "SdpaPlan", "sdpa_plan",
-    "tree_metadata",
+    "tree_metadata", "tree_metadata_ref",
     "smart_expand", "smart_expand_ref", "smart_cost", "Expansion", "COST_FIELDS",
     "token_logprob", "token_logprob_ref", "token_logprob_from_logits", "token_logprob_from_logits_ref",
     "path_mean", "path_mean_ref",

@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..tree import unpack_bits
 from . import _cuda
 from ._backend import kernel_module, resolve_backend
+from .bits import unpack_bits
 
 __all__ = ["tree_attention", "tree_attention_ref", "tree_attention_sdpa", "tree_attention_mask", "SdpaPlan", "sdpa_plan"]
 

@@ -1,7 +1,7 @@
 """Tree metadata from parent pointers: depth and ancestor bitmask in one launch (launcher and dispatch).
 
-The torch path is `TreeBatch`'s own derivations (the reference); the Triton kernel is
-``kernels/tree_metadata.py``. `TreeBatch.depth` / `.ancestor_mask` use the kernel for trees on CUDA.
+The pure-torch reference is `tree_metadata_ref` (pointer jumping, the CPU path of `TreeBatch.depth` and
+`.ancestor_mask`); the Triton kernel is ``kernels/tree_metadata.py``, which `TreeBatch` uses for trees on CUDA.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import math
 import torch
 from torch import Tensor
 
-from ..tree import TreeBatch
 from ._backend import kernel_module, resolve_backend
+from .bits import pack_bits
 
-__all__ = ["tree_metadata", "MAX_KERNEL_NODES"]
+__all__ = ["tree_metadata", "tree_metadata_ref", "detached_parents", "depth_ref", "ancestor_mask_ref",
+           "MAX_KERNEL_NODES"]
 
 # The kernel keeps a row's [T, ceil(T/32)] mask words in registers; beyond this many nodes (128 KiB of
 # words per program) it would spill, and trees that large are prompts, which use `prefill_mask` instead.
@@ -43,8 +44,7 @@ def tree_metadata(parents: Tensor, num_nodes: Tensor, *, backend: str = "auto") 
         raise ValueError(f"num_nodes: on {num_nodes.device}, parents on {parents.device}")
     if resolve_backend(backend, parents.device, cuda_unsupported="has no kernel for tree_metadata: use 'triton' or "
                        "'torch'") == "torch" or (backend == "auto" and T > MAX_KERNEL_NODES):
-        tree = TreeBatch(parents, parents, num_nodes)  # tokens are not read by these derivations
-        return tree._depth_torch(), tree._ancestor_mask_torch()
+        return tree_metadata_ref(parents, num_nodes)
     if T > MAX_KERNEL_NODES:
         raise ValueError(f"parents: the Triton kernel handles up to {MAX_KERNEL_NODES} nodes per row, got {T}")
     W = math.ceil(T / 32)
@@ -59,3 +59,51 @@ def tree_metadata(parents: Tensor, num_nodes: Tensor, *, backend: str = "auto") 
         parents, num_nodes.contiguous(), depth, mask, T, W, *parents.stride(), *depth.stride(), *mask.stride(),
         BLOCK_T=block_t, BLOCK_W=block_w, num_warps=num_warps)
     return depth, mask
+
+
+def tree_metadata_ref(parents: Tensor, num_nodes: Tensor) -> tuple[Tensor, Tensor]:
+    """`tree_metadata` in torch (the reference): ``(depth_ref(p), ancestor_mask_ref(p))`` of the parents
+    with padding detached, ``p = detached_parents(parents, num_nodes)``. Same arguments and results."""
+    p = detached_parents(parents, num_nodes)
+    return depth_ref(p), ancestor_mask_ref(p)
+
+
+def detached_parents(parents: Tensor, num_nodes: Tensor) -> Tensor:
+    """[B, T] int64: `parents` with padding nodes, and any parent out of range (>= its node), set to -1."""
+    T = parents.shape[1]
+    idx = torch.arange(T, device=parents.device)
+    p = torch.where(idx[None, :] < num_nodes[:, None], parents, -1)
+    return torch.where(p < idx, p, -1)
+
+
+def depth_ref(parents: Tensor) -> Tensor:
+    """[B, T] int64 depth by pointer jumping, from detached parents (`detached_parents`: -1 for roots and
+    padding). Example: [-1, 0, 0, 1] -> [0, 1, 1, 2]."""
+    depth = (parents >= 0).to(torch.int64)
+    jump = parents
+    for _ in range(max(1, math.ceil(math.log2(parents.shape[1] + 1)))):
+        has = jump >= 0
+        safe = jump.clamp(min=0)
+        depth = depth + torch.where(has, depth.gather(1, safe), 0)
+        jump = torch.where(has, jump.gather(1, safe), -1)
+    return depth
+
+
+def ancestor_mask_ref(parents: Tensor) -> Tensor:
+    """[B, T, W] int32 ancestor bitmask (`bits` layout) by pointer jumping, from detached parents
+    (`detached_parents`). Example: [-1, 0, 0, 1] -> [0b0001, 0b0011, 0b0101, 0b1011]."""
+    B, T = parents.shape
+    idx = torch.arange(T, device=parents.device)
+    bits = torch.zeros(B, T, T, dtype=torch.bool, device=parents.device)
+    bits[:, idx, idx] = True
+    has = parents >= 0
+    parent_bit = torch.zeros_like(bits)
+    parent_bit.scatter_(2, parents.clamp(min=0)[:, :, None], has[:, :, None])
+    bits |= parent_bit
+    jump = parents
+    for _ in range(max(1, math.ceil(math.log2(T + 1)))):  # bits[i] |= bits[2^k-th ancestor]
+        has = jump >= 0
+        safe = jump.clamp(min=0)
+        bits = bits | (torch.gather(bits, 1, safe[:, :, None].expand(B, T, T)) & has[:, :, None])
+        jump = torch.where(has, jump.gather(1, safe), -1)
+    return pack_bits(bits)
