@@ -43,7 +43,8 @@ import numpy as np
 from .cost import CostModel
 
 if TYPE_CHECKING:
-    from .planner import StepRecord, TreeFacts
+    from .planner import TreeFacts
+    from .stages import StepRecord
 
 __all__ = ["Calibration", "DepthStats", "Estimates", "OnlineCosts", "tested_nodes"]
 

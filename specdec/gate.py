@@ -73,8 +73,8 @@ from torch import Tensor
 
 from .cost import CostModel, CostsByBatch
 from .estimates import OnlineCosts
-from .planner import StepRecord
 from .profiling import Profile
+from .stages import StepRecord
 from .state import DecodeState
 from .tree import TreeBatch
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import time
-from abc import ABC, abstractmethod
 from collections import Counter
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -14,91 +13,12 @@ from transformers import PreTrainedModel
 
 from .cache import TreeCache, free_memory
 from .checks import is_int
-from .planner import PlanStats, StepRecord
 from .sampling import Sampling, check_generator
+from .stages import FilterStats, PlanStats, StepRecord, Supplier, TreeFilter
 from .state import DecodeState
-from .suppliers.base import Supplier
-from .tree import TreeBatch
-from .verify import Acceptance, PromptBlock, TreeVerifier
+from .verify import PromptBlock, TreeVerifier
 
 __all__ = ["SpeculativeGenerator", "GenerateOutput", "Stats", "TreeFilter", "FilterStats"]
-
-
-@dataclass
-class FilterStats:
-    """What a filter did to the trees of one or more `generate` calls; every field is a count over active
-    row-steps, so parts add up (`merge`). Branches are root-to-leaf paths of the supplier's tree, nodes its
-    non-root nodes. An *empty* tree is one the supplier proposed with candidates and the filter cut to the
-    root; an *AR fallback* is any row-step verified as the root alone (supplier-empty or filter-emptied).
-    `accepted` counts the candidates the target accepted (bonus tokens excluded), so `acceptance_rate` is
-    the share of the retained candidates that were accepted. A row-step a gate left unscored keeps its
-    whole tree (it counts as kept). Audit counts exist only when the filter also verified the unfiltered
-    tree. The step counts (``steps`` .. ``width_verified``) are per step, not per row: the padded widths
-    of the trees the filter got and sent on, summed, say how much verification width pruning saved."""
-
-    rows: int = 0
-    supplier_empty: int = 0
-    filter_emptied: int = 0
-    branches: int = 0
-    branches_kept: int = 0
-    nodes: int = 0
-    nodes_kept: int = 0
-    accepted: int = 0  # retained candidates the target accepted
-    unscored: int = 0  # row-steps sent unfiltered because a gate skipped scoring
-    audited: int = 0  # row-steps whose unfiltered tree was verified too
-    false_discards: int = 0  # audited row-steps where a discarded branch would have been accepted further
-    tokens_lost: int = 0  # accepted tokens the discards cost, summed over audited row-steps
-    rule_discards: int = 0  # of the false discards, those the threshold rule made (before a gate's sizing)
-    steps: int = 0  # steps the filter saw
-    steps_unscored: int = 0  # of them, steps a gate sent unfiltered
-    width_proposed: int = 0  # padded tree widths the supplier proposed, summed over steps
-    width_verified: int = 0  # padded tree widths sent to the target, summed over steps
-
-    def merge(self, other: "FilterStats") -> "FilterStats":
-        return FilterStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
-
-    def to_dict(self) -> dict:
-        ratio = lambda a, b: a / b if b else 0.0  # noqa: E731
-        with_candidates = self.rows - self.supplier_empty
-        return {**{f.name: getattr(self, f.name) for f in fields(self)},
-                "branch_keep_rate": ratio(self.branches_kept, self.branches),
-                "node_keep_rate": ratio(self.nodes_kept, self.nodes),
-                "empty_tree_rate": ratio(self.filter_emptied, with_candidates),
-                "ar_fallback_rate": ratio(self.supplier_empty + self.filter_emptied, self.rows),
-                "acceptance_rate": ratio(self.accepted, self.nodes_kept),
-                "unscored_rate": ratio(self.unscored, self.rows),
-                "steps_unscored_rate": ratio(self.steps_unscored, self.steps),
-                "width_saved_rate": ratio(self.width_proposed - self.width_verified, self.width_proposed),
-                "false_discard_rate": ratio(self.false_discards, self.audited),
-                "rule_discard_rate": ratio(self.rule_discards, self.audited)}
-
-
-class TreeFilter(ABC):
-    """Optional stage between supplier and verifier: returns a subset of each row's tree.
-
-    Life cycle, like a supplier's: `attach(target, supplier)` when the generator is built, `start(state)`
-    after the target's prefill, per step `filter(tree, state)` then `commit(acceptance)`; `report()` at
-    the end of a `generate` call goes to ``out.stats.filter``.
-    """
-
-    def attach(self, target: PreTrainedModel, supplier: Supplier) -> None:
-        """Check that this filter can serve `target` and `supplier`; raise ValueError if not."""
-
-    def start(self, state: DecodeState) -> None:
-        """Prepare for a new batch of prompts (prefill a scorer's cache, reset counters)."""
-
-    @abstractmethod
-    def filter(self, tree: TreeBatch, state: DecodeState) -> TreeBatch: ...
-
-    def commit(self, acceptance: Acceptance) -> None:
-        """Learn what the target accepted (advance a scorer's cache)."""
-
-    def record_step(self, step: StepRecord) -> None:
-        """What the loop measured in this step (after `commit`; not the first step, which reads the prompt)."""
-
-    def report(self) -> FilterStats | None:
-        """What this filter did since `start`."""
-        return None
 
 
 @dataclass

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
 
 from .cost import CostModel
 from .estimates import C_T_FIRST, Calibration, DepthStats, OnlineCosts, tested_nodes
+from .stages import PlanStats, StepRecord
 
 __all__ = ["StepRecord", "TreeFacts", "Plan", "PlanStats", "StepPlanner", "MARGIN"]
 
@@ -50,28 +51,6 @@ SPREAD_WEIGHT = 0.25  # weight of one call in the batch-spread correction, after
 SPREAD_MIN_STEPS = 4  # drafting steps a call needs before its spread counts
 C_T_EVERY = 64  # drafting steps in a row before a few plain ones re-measure c_T (the first after WARMUP)
 COLD_PROBE = 4  # a cold draft's probe waits the longest interval only if its catch-up costs more AR steps than this
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """What the generation loop measured in one step (numbers it has on the host anyway).
-
-    width: nodes per row verified (the padded tree width); accepted: [rows] tokens emitted per active
-    row, bonus included; propose .. commit: the loop's stage times in seconds; active: [B] bool, the rows
-    `accepted` covers (None: all).
-    """
-
-    width: int
-    accepted: np.ndarray
-    propose: float
-    filter: float
-    verify: float
-    commit: float
-    active: np.ndarray | None = None
-
-    @property
-    def seconds(self) -> float:
-        return self.propose + self.filter + self.verify + self.commit
 
 
 @dataclass(frozen=True)
@@ -103,51 +82,6 @@ class Plan:
     seconds: float
     probe: bool = False
     warmup: bool = False
-
-
-@dataclass
-class PlanStats:
-    """A planner's report over the steps of one or more `generate` calls (sums, so parts merge).
-
-    predicted/measured speedup: sum of c_T * tokens per row over the sum of step seconds, with the
-    planner's c_T, its predictions (before each step) and the loop's measurements (after it). The first
-    step of a call, which also reads the prompt, is not counted. In a batch the measured tokens are the
-    batch's: a call ends with its slowest row, so its rows' mean tokens per step overstate its progress
-    (`measured_tokens`: the mean over each step's active rows; `batch_tokens`: per call, the most tokens
-    any row received, what AR needs as many steps for); the prediction includes the planner's spread.
-    """
-
-    steps_drafted: int = 0
-    steps_ar: int = 0
-    probes: int = 0
-    predicted_tokens: float = 0.0
-    measured_tokens: float = 0.0
-    batch_tokens: float = 0.0
-    ar_seconds_predicted: float = 0.0
-    ar_seconds_measured: float = 0.0
-    seconds_predicted: float = 0.0
-    seconds_measured: float = 0.0
-
-    def merge(self, other: "PlanStats") -> "PlanStats":
-        return PlanStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
-
-    @property
-    def predicted_speedup(self) -> float:
-        return self.ar_seconds_predicted / self.seconds_predicted if self.seconds_predicted else 0.0
-
-    @property
-    def measured_speedup(self) -> float:
-        if not self.seconds_measured:
-            return 0.0
-        spread = self.batch_tokens / self.measured_tokens if self.batch_tokens and self.measured_tokens else 1.0
-        return self.ar_seconds_measured * spread / self.seconds_measured
-
-    def to_dict(self) -> dict:
-        steps = self.steps_drafted + self.steps_ar
-        return {**{f.name: getattr(self, f.name) for f in fields(self)},
-                "predicted_speedup": self.predicted_speedup, "measured_speedup": self.measured_speedup,
-                "predicted_accepted_length": self.predicted_tokens / steps if steps else 0.0,
-                "measured_accepted_length": self.measured_tokens / steps if steps else 0.0}
 
 
 @dataclass

@@ -57,12 +57,10 @@ from .attention import install, tree_forward
 from .calibration import Calibration
 from .cost import CostModel
 from .gate import CostGate, ScoringGate, StepPlan
-from .generate import FilterStats, TreeFilter
-from .planner import StepRecord
 from .profiling import Profile
 from .parallel import full_weight
+from .stages import FilterStats, StepRecord, Supplier, TreeFilter
 from .state import DecodeState
-from .suppliers.base import Supplier
 from .suppliers.draft import DraftRunner
 from .tree import TreeBatch, pack_bits, unpack_bits
 from .verify import Acceptance, greedy_accept

@@ -43,8 +43,9 @@ from ..checks import as_int
 from ..cost import CostModel, CostsByBatch, check_compatible
 from ..eagle import EagleHead
 from ..ops import Expansion, smart_expand
-from ..planner import MARGIN, PlanStats, StepPlanner, StepRecord, TreeFacts
+from ..planner import MARGIN, StepPlanner, TreeFacts
 from ..profiling import Profile, profile
+from ..stages import PlanStats, StepRecord
 from ..state import DecodeState
 from ..tree import TreeBatch
 from ..verify import Acceptance, vocab_size

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..planner import PlanStats, StepPlanner, StepRecord, TreeFacts
+from ..planner import StepPlanner, TreeFacts
+from ..stages import PlanStats, StepRecord
 from ..verify import Acceptance
 from .base import Supplier
 
