@@ -149,7 +149,6 @@ class SpeculativeGenerator:
         self._check_memory(input_ids.shape[0], capacity)
         state = DecodeState.begin(ids, start, max_new_tokens=max_new_tokens, capacity=capacity,
                                   eos_token_ids=eos, pad_token_id=pad, sampling=sampling, generator=generator)
-        self.verifier.configure(sampling, generator)
         stats = Stats()
         cache = self.verifier.new_cache(input_ids.shape[0], capacity)
         prompt = PromptBlock(ids[:, :-1], start)  # forwarded with the first tree: no separate prefill
@@ -167,7 +166,8 @@ class SpeculativeGenerator:
             if state.finished.any():  # finished rows: root only
                 tree = tree.with_num_nodes(torch.where(state.active(), tree.num_nodes, 1))
             t2 = time.perf_counter()
-            acc = self.verifier.verify(tree, cache, validate=self.validate_trees, prompt=prompt)
+            acc = self.verifier.verify(tree, cache, validate=self.validate_trees, prompt=prompt, sampling=sampling,
+                                       generator=generator)
             t3 = time.perf_counter()
             self.supplier.commit(acc)
             if self.filter is not None:

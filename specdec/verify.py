@@ -18,7 +18,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from .attention import FeatureCapture, TreeAttentionMetadata, install, install_capture, model_forward, prefill, tree_forward
 from .cache import TreeCache
-from .sampling import GREEDY, Sampling, accept_predicted, check_generator, sample_accept
+from .sampling import Sampling, accept_predicted, check_generator, sample_accept
 from .tree import TreeBatch, prompt_tree_mask
 
 __all__ = ["Acceptance", "PromptBlock", "TreeVerifier", "greedy_accept", "vocab_size"]
@@ -87,7 +87,9 @@ class TreeVerifier:
     temperature 0.0 is greedy verification: the output equals greedy autoregressive decoding. temperature
     > 0 (with top_k, top_p: transformers' warpers) is lossless tree rejection sampling (`specdec.sampling`):
     the emitted tokens follow the target's own sampling distribution; `generator` (a torch.Generator on
-    the target's device, or None for torch's default) makes runs reproducible.
+    the target's device, or None for torch's default) makes runs reproducible. These are the verifier's
+    defaults; a `verify` call may pass its own (`SpeculativeGenerator.generate` passes each call's), so
+    one verifier serves calls with different settings and holds no state of any call.
     """
 
     def __init__(self, target: PreTrainedModel, temperature: float = 0.0, top_k: int | None = None,
@@ -113,13 +115,6 @@ class TreeVerifier:
     @property
     def temperature(self) -> float:
         return self.sampling.temperature
-
-    def configure(self, sampling: Sampling = GREEDY, generator: torch.Generator | None = None) -> None:
-        """Sample (or not) from now on with `sampling` and `generator` (checked against the target's device)."""
-        if not isinstance(sampling, Sampling):
-            raise ValueError(f"sampling: expected a specdec Sampling, got {type(sampling).__name__}")
-        check_generator(generator, self.model.device)
-        self.sampling, self.generator = sampling, generator
 
     def new_cache(self, batch_size: int, capacity: int) -> TreeCache:
         return TreeCache.for_model(self.model, batch_size, capacity)
@@ -158,7 +153,8 @@ class TreeVerifier:
         return torch.where(real, ids, 0)
 
     def verify(self, tree: TreeBatch, cache: TreeCache | DynamicCache, *, validate: bool = True,
-               prompt: PromptBlock | None = None) -> Acceptance:
+               prompt: PromptBlock | None = None, sampling: Sampling | None = None,
+               generator: torch.Generator | None = None) -> Acceptance:
         """Forward the tree, accept (greedily or by sampling), keep the accepted path in `cache`.
 
         `cache` is a `TreeCache` (any batch size, ragged rows), or, for pipelines that keep their own,
@@ -168,8 +164,18 @@ class TreeVerifier:
         changes. Performs the step's one host sync (bringing the accepted tokens back).
         prompt: for the first tree of an empty `TreeCache`, the prompt block before its root, forwarded
         and committed in the same target forward (one forward fewer than `prefill` then `verify`).
+        sampling, generator: this call's sampling settings and generator (on the target's device); None: the
+        verifier's own, given when it was built.
         """
         tree.check_shapes()
+        if sampling is None:
+            sampling = self.sampling
+        elif not isinstance(sampling, Sampling):
+            raise ValueError(f"sampling: expected a specdec Sampling, got {type(sampling).__name__}")
+        if generator is None:
+            generator = self.generator
+        else:
+            check_generator(generator, self.model.device)
         if prompt is not None:
             prompt = self._check_prompt(prompt, tree, cache)
         if not isinstance(cache, (TreeCache, DynamicCache)):
@@ -185,7 +191,7 @@ class TreeVerifier:
         if validate:
             tree.validate(self.vocab_size)
         if isinstance(cache, DynamicCache):
-            return self._verify_dynamic(tree, cache)
+            return self._verify_dynamic(tree, cache, sampling, generator)
         if cache.tree_len:
             raise ValueError("cache: it holds an uncommitted tree region; commit or roll it back first")
         capture = FeatureCapture(self.feature_layers) if self.feature_layers else None
@@ -199,7 +205,7 @@ class TreeVerifier:
             positions = tree.positions(cache.positions())
             logits = tree_forward(self.model, cache, tree.tokens, positions, tree.ancestor_mask, backend=self.backend,
                                   capture=capture)
-        acc = self._accept(tree, logits)
+        acc = self._accept(tree, logits, sampling, generator)
         cache.commit(acc.node_index, acc.num_accepted + 1, acc.host_num_accepted + 1, acc.host_node_index)
         return acc if capture is None else _with_features(acc, capture.features(), width, prompt is not None)
 
@@ -234,18 +240,20 @@ class TreeVerifier:
         cache.absorb_prefix(P)
         return logits
 
-    def _accept(self, tree: TreeBatch, logits: Tensor) -> Acceptance:
-        if self.sampling.greedy:
+    def _accept(self, tree: TreeBatch, logits: Tensor, sampling: Sampling,
+                generator: torch.Generator | None) -> Acceptance:
+        if sampling.greedy:
             tokens, num_accepted, node_index = greedy_accept(tree, logits)
         else:
-            tokens, num_accepted, node_index = sample_accept(tree, logits, self.sampling, self.generator)
+            tokens, num_accepted, node_index = sample_accept(tree, logits, sampling, generator)
         L = tokens.shape[1]
         host = torch.cat([num_accepted[:, None], tokens, node_index], 1).cpu().numpy()  # the step's one host sync
         width = int(host[:, 0].max()) + 1
         return Acceptance(tokens[:, :width], num_accepted, node_index[:, :width], host[:, 1:width + 1], host[:, 0],
                           host[:, L + 1:L + 1 + width])
 
-    def _verify_dynamic(self, tree: TreeBatch, cache: DynamicCache) -> Acceptance:
+    def _verify_dynamic(self, tree: TreeBatch, cache: DynamicCache, sampling: Sampling,
+                        generator: torch.Generator | None) -> Acceptance:
         """Batch-1 verification on a DynamicCache: the tree is appended, then cut to the accepted path."""
         past = cache.get_seq_length()
         length = torch.full((1,), past, dtype=torch.int64, device=tree.device)
@@ -254,7 +262,7 @@ class TreeVerifier:
                                            host_length=np.full(1, past, dtype=np.int64), region=tree.size)
         capture = FeatureCapture(self.feature_layers) if self.feature_layers else None
         logits = model_forward(self.model, cache, tree.tokens, tree.positions(length), meta, capture=capture)
-        acc = self._accept(tree, logits)
+        acc = self._accept(tree, logits, sampling, generator)
         keep = torch.cat([torch.arange(past, device=tree.device), past + acc.node_index[0]])
         for layer in cache.layers:
             layer.keys = layer.keys.index_select(2, keep)

@@ -83,6 +83,30 @@ def test_generator_on_another_device():
         Sampling().probs(torch.zeros(2, 4))
 
 
+def test_verify_takes_each_calls_sampling_and_holds_none():
+    """A verifier keeps no call's sampling state: `verify(..., sampling=, generator=)` samples with that
+    call's settings (seeded: the same tokens twice), a plain `verify` keeps the verifier's own (greedy)."""
+    target = make_model("llama")
+    verifier = specdec.TreeVerifier(target)
+    tree = make_tree("random", 2, 7, seed=0)
+
+    def run(**kw) -> torch.Tensor:
+        cache = verifier.new_cache(2, 16)
+        verifier.prefill(cache, torch.tensor([[5, 6], [7, 8]]), torch.zeros(2, dtype=torch.int64))
+        return verifier.verify(tree, cache, **kw).tokens
+
+    greedy = run()
+    hot = Sampling(50.0)  # nearly uniform: the sampled tokens are not greedy's
+    first = run(sampling=hot, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(first, run(sampling=hot, generator=torch.Generator().manual_seed(1)))
+    assert not torch.equal(first, greedy)
+    assert torch.equal(run(), greedy) and verifier.sampling.greedy and verifier.generator is None
+    with pytest.raises(ValueError, match="sampling: expected a specdec Sampling"):
+        run(sampling=0.7)
+    with pytest.raises(ValueError, match="generator: expected a torch.Generator or None"):
+        run(sampling=hot, generator="seed")
+
+
 def test_draft_probs_shape_is_checked():
     tree = make_tree("chain", 2, 4, seed=0)
     with pytest.raises(ValueError, match=r"draft_probs: expected \[B, T, V\] float"):
