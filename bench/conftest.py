@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specdec.harness import environment
+from specdec.records import provenance
 
 ROWS: list[dict] = []
 
@@ -60,7 +60,7 @@ def pytest_sessionfinish(session, exitstatus):
     out = Path(os.environ.get("SPECDEC_BENCH_OUT", Path(__file__).parent / "out"))
     out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    env = environment()
+    env = provenance()
     (out / f"{stamp}-micro.json").write_text(json.dumps({"environment": env, "rows": ROWS}, indent=1))
     keys = sorted({k for r in ROWS for k in r})
     with open(out / f"{stamp}-micro.csv", "w", newline="") as f:

@@ -22,8 +22,8 @@ import torch
 
 import specdec
 from specdec.attention import install, prefill, tree_forward
-from specdec.harness import environment
 from specdec.models import load_model
+from specdec.records import provenance
 from specdec.state import DecodeState
 from specdec.suppliers.base import root_only
 from specdec.suppliers.draft import DraftRunner
@@ -138,7 +138,7 @@ def main() -> None:
         print(f"batch {r['batch_size']:>2}: " + ", ".join(f"{k} {v['median_ms']:.3f} ms" for k, v in r.items()
                                                           if isinstance(v, dict)))
     args.out.mkdir(parents=True, exist_ok=True)
-    doc = {"environment": {**environment(), "dtype": "float32", "target": "demo-target", "draft": "demo-draft",
+    doc = {"environment": {**provenance(), "dtype": "float32", "target": "demo-target", "draft": "demo-draft",
                            "head": "demo-eagle"}, "rows": rows}
     (args.out / "eagle_costs.json").write_text(json.dumps(doc, indent=1))
     print(f"wrote {args.out / 'eagle_costs.json'}")

@@ -14,6 +14,7 @@ from dataclasses import asdict
 from specdec import harness
 from specdec.evaluation import load_eagle, smart_profile
 from specdec.models import load_model, load_tokenizer
+from specdec.records import provenance
 
 
 def main() -> None:
@@ -51,7 +52,7 @@ def main() -> None:
                   f"accepted {r.mean_accepted_length:.2f} nodes {r.mean_tree_size:.1f} identical {r.identical_to_ar}")
         results += [asdict(r) for r in cell]
     with open(args.out, "w") as f:
-        json.dump({"environment": harness.environment(), "results": results}, f, indent=1)
+        json.dump({"environment": provenance(), "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -30,8 +30,9 @@ import torch
 from transformers import PreTrainedModel
 
 import specdec
-from specdec.harness import environment, load_prompts
+from specdec.harness import load_prompts
 from specdec.models import load_model, load_tokenizer
+from specdec.records import provenance
 
 
 def timed(fn) -> float:
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", default=str(Path(__file__).parent / "out"))
     args = parser.parse_args(argv)
-    env = environment()
+    env = provenance()
     rows = []
     text = "\n".join(load_prompts(args.prompt_set))
     for name in args.models:

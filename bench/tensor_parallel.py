@@ -59,8 +59,8 @@ def prompts(model: str, count: int) -> list[list[int]]:
 def run(args: argparse.Namespace) -> None:
     """One configuration (this process, or each rank of a torchrun launch): rows to `args.rows` (rank 0)."""
     import specdec
-    from specdec.harness import environment
     from specdec.models import load_model
+    from specdec.records import provenance
 
     tp = int(os.environ.get("WORLD_SIZE", "1")) > 1
     rank = int(os.environ.get("RANK", "0"))
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> None:
                 best.append(min(times))
                 tokens.append(out.sequences[0, len(ids):].tolist())
                 accepted.append(out.stats.mean_accepted_length)
-            rows.append({**environment(), "config": args.label, "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+            rows.append({**provenance(), "config": args.label, "world_size": int(os.environ.get("WORLD_SIZE", "1")),
                          "threads_per_process": torch.get_num_threads(), "model": name, "parameters": params,
                          "dtype": "float32", "method": method, "batch_size": 1, "prompts": args.prompts,
                          "new_tokens": args.new_tokens, "repeats": args.repeats,

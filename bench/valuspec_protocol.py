@@ -57,6 +57,7 @@ from specdec.evaluation import AUTO_PROFILE, load_eagle
 from specdec.datastore import Datastore, stdlib_datastore
 from specdec.models import DTYPES, load_model, load_tokenizer
 from specdec.profiling import cached_profile
+from specdec.records import provenance
 from specdec.valuspec import FixedThresholdFilter, ValuSpecFilter
 
 
@@ -308,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         sets = {name: prepare(args, name, tokenizer, target, scorer) for name in args.prompt_sets}
         rows = [row for name in args.prompt_sets
                 for row in measure(args, name, sets, target, tokenizer, draft, scorer, cost, head)]
-    env = {**harness.environment(), "target": args.target, "draft": None if draft is None else args.draft,
+    env = {**provenance(), "target": args.target, "draft": None if draft is None else args.draft,
            "eagle": None if head is None else (args.eagle or "demo-eagle"),
            "scorer": args.scorer or args.draft, "settings": {k: str(v) if isinstance(v, Path) else v
                                                             for k, v in vars(args).items()},

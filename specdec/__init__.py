@@ -7,17 +7,19 @@ from .cost import CostModel
 from .datastore import Datastore
 from .eagle import EagleHead
 from .gate import CostGate
-from .generate import FilterStats, GenerateOutput, SpeculativeGenerator, Stats, TreeFilter
+from .generate import FilterStats, GenerateOutput, SpeculativeGenerator, Stats
 from .profiling import Profile, profile
-from .suppliers import (ARSupplier, DraftSupplier, EagleSupplier, PromptLookupSupplier, RetrievalSupplier, SmartSupplier,
-                        Supplier)
+from .records import __version__
+from .sampling import Sampling
+from .stages import Supplier, TreeFilter
+from .state import DecodeState
+from .suppliers import ARSupplier, DraftSupplier, EagleSupplier, PromptLookupSupplier, RetrievalSupplier, SmartSupplier
 from .tree import TreeBatch
 from .valuspec import BranchScorer, FixedThresholdFilter, ValuSpecFilter
 from .verify import Acceptance, TreeVerifier
 
-__version__ = "0.1.0"
-
 __all__ = [
+    "__version__",
     "ops",
     "TreeBatch",
     "TreeCache",
@@ -27,6 +29,8 @@ __all__ = [
     "GenerateOutput",
     "Stats",
     "Supplier",
+    "DecodeState",
+    "Sampling",
     "ARSupplier",
     "DraftSupplier",
     "EagleHead",

@@ -37,6 +37,8 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from .records import atomic_write_text, cache_file, content_key, read_json
+
 __all__ = ["Calibration", "calibrate", "cached_calibration", "token_logprobs", "thresholds_by_length", "threshold",
            "DEFAULT_DELTA", "DEFAULT_WINDOW", "MAX_LENGTH"]
 
@@ -87,8 +89,6 @@ class Calibration:
         return self.taus[min(length, len(self.taus)) - 1]
 
     def save(self, path: str | Path) -> None:
-        from .records import atomic_write_text
-
         body = {**asdict(self), "taus": list(self.taus), "num_windows": list(self.num_windows)}
         atomic_write_text(path, json.dumps({"format": FORMAT, "version": VERSION, **body}, indent=1) + "\n")
 
@@ -96,12 +96,7 @@ class Calibration:
     def load(cls, path: str | Path) -> "Calibration":
         """Read a file written by `save`; ValueError naming the file and the field when it is not one.
         A version-1 file (one tau) loads as one tau for every length, with a warning."""
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"calibration file {path}: not readable as JSON ({e})") from None
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise ValueError(f"calibration file {path}: not a ValuSpec calibration (no format {FORMAT!r})")
+        data = read_json(path, "calibration file", FORMAT)
         version = data.get("version")
         if version not in (1, VERSION):
             raise ValueError(f"calibration file {path}: version {version!r}, expected 1 or {VERSION}")
@@ -298,8 +293,6 @@ def cached_calibration(target: PreTrainedModel, scorer: PreTrainedModel, prompts
     """`calibrate(target, scorer, prompts, **settings)`, run once per models' weights, package source, device,
     dtype, prompts and settings (`records.content_key`) and kept under $SPECDEC_CACHE/valuspec (default
     ~/.cache/specdec/valuspec). A cached file that no longer validates is computed again."""
-    from .records import cache_file, content_key
-
     key = content_key("calibration", {"target": target, "scorer": scorer}, device=str(target.device),
                       dtype=str(target.dtype), settings={"prompts": prompts, **settings})
     path = cache_file("valuspec", "calibration", key)

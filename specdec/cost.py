@@ -48,7 +48,9 @@ import torch
 from transformers import PreTrainedModel
 
 from .checks import as_int, is_int
-from .profiling import FORMAT_VERSION, Profile, check_version, device_name, model_name, read_json
+from .profiling import FORMAT_HISTORY, FORMAT_VERSION, Profile
+from .records import (atomic_path, atomic_write_text, check_version, device_name, model_name, read_json,
+                      require_extra, require_fields)
 
 __all__ = ["CostModel", "CostsByBatch", "Curve", "VerifyFit", "FORMS", "MAX_FIT_ERROR", "check_compatible", "plot_fits"]
 
@@ -341,8 +343,6 @@ class CostModel:
 
     # ------------------------------------------------------------------ files and plots
     def save(self, path: str | Path) -> None:
-        from .records import atomic_write_text
-
         atomic_write_text(path, json.dumps({"format": self.FORMAT, "version": FORMAT_VERSION, **asdict(self)}, indent=1))
 
     @classmethod
@@ -350,11 +350,9 @@ class CostModel:
         """Read and validate: an older format, a missing field, NaN/inf or an unknown form raise ValueError."""
         doc = read_json(path, "cost model", cls.FORMAT)
         what = f"cost model {path}"
-        check_version(doc, what, "fit it again from a profile (CostModel.fit)")
+        check_version(doc, what, FORMAT_VERSION, "fit it again from a profile (CostModel.fit)", FORMAT_HISTORY)
         names = [f.name for f in fields(cls)]
-        missing = [n for n in names if n not in doc and n != "notes"]
-        if missing:
-            raise ValueError(f"{what}: missing field(s) {missing}")
+        require_fields(doc, tuple(n for n in names if n != "notes"), what)
         for name in ("ar_step", "loop", "context_slope"):
             _number(doc[name], f"{what}: {name}")
         for name in ("batch_size", "context_len"):
@@ -434,9 +432,7 @@ def _load_fit(doc: object, what: str) -> VerifyFit:
 def plot_fits(models: list[CostModel], path: str | Path) -> Path:
     """Per cost model (e.g. per batch size) a column: top, the measured tree forwards, both fitted verify
     forms and c_T; bottom, the draft's layer forward and catch-up."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    require_extra("matplotlib", "plot_fits").use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, len(models), figsize=(4.2 * len(models), 6.4), squeeze=False)
@@ -462,8 +458,6 @@ def plot_fits(models: list[CostModel], path: str | Path) -> Path:
         bottom.set_ylabel("ms")
         bottom.legend(fontsize=6)
     fig.tight_layout()
-    from .records import atomic_path
-
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120)
     plt.close(fig)

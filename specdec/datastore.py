@@ -46,9 +46,9 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from ._corpus import Source, collect_documents
-from .records import atomic_write_text, cache_dir
+from .records import atomic_write_text, cache_file, content_key, read_json, require_extra
 
-__all__ = ["Datastore", "Match", "SEPARATOR", "cache_dir", "orphaned_arrays", "stdlib_datastore", "vocab_hash"]
+__all__ = ["Datastore", "Match", "SEPARATOR", "orphaned_arrays", "stdlib_datastore", "vocab_hash"]
 
 FORMAT = "specdec-datastore"
 VERSION = 2  # 1: arrays beside the header, no checksums (refused with a rebuild hint)
@@ -155,8 +155,7 @@ class Datastore:
     def _write(cls, out: Path, tokens: np.ndarray, header: dict) -> "Datastore":
         """Write `tokens`, its suffix array and `header` as a new generation of `out` and switch to it.
         The caller holds the folder's lock."""
-        from pydivsufsort import divsufsort
-
+        divsufsort = require_extra("pydivsufsort", "building a datastore's suffix array").divsufsort
         t0 = time.perf_counter()
         suffixes = divsufsort(tokens)  # int32 while the array's 4N bytes stay below 2^31, int64 beyond
         seconds = time.perf_counter() - t0
@@ -340,14 +339,15 @@ def stdlib_datastore(tokenizer: PreTrainedTokenizerBase, *, max_files: int | Non
                      progress: bool = True) -> Datastore:
     """A datastore of this Python's standard library source, built on first use and cached.
 
-    Keyed by Python version, the tokenizer's vocabulary hash and `max_files` (the first files in sorted
-    order; None: all), under `cache_dir()/datastores/`. All files make about 8.6M tokens with the demo
-    pair's 4,096-token tokenizer (Python 3.11). A store that fails to open (an interrupted build, damaged
-    arrays, a store written by an older specdec) is rebuilt.
+    Keyed (`records.content_key`) by the package's source hash, the Python version, the tokenizer's
+    vocabulary hash and `max_files` (the first files in sorted order; None: all), under
+    `records.cache_dir()/datastores/`. All files make about 8.6M tokens with the demo pair's 4,096-token tokenizer
+    (Python 3.11). A store that fails to open (an interrupted build, damaged arrays, a store written by an
+    older specdec) is rebuilt.
     """
-    subset = "" if max_files is None else f"-first{max_files}"
-    key = f"stdlib-py{platform.python_version()}-{vocab_hash(tokenizer)[:16]}{subset}"
-    path = cache_dir() / "datastores" / key
+    settings = {"python": platform.python_version(), "vocab_hash": vocab_hash(tokenizer), "max_files": max_files}
+    key = content_key("stdlib-datastore", {}, device="cpu", dtype="int32", settings=settings)
+    path = cache_file("datastores", "stdlib", key, suffix="")
     if (path / HEADER).is_file():
         try:
             return Datastore.open(path, tokenizer=tokenizer)
@@ -388,12 +388,7 @@ def _read_header(path: Path) -> dict:
     file = path / HEADER
     if not file.is_file():
         raise ValueError(f"path: {path} holds no datastore ({HEADER} is missing)")
-    try:
-        header = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"path: {file} is not valid JSON ({err})") from err
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise ValueError(f"path: {file} is not a {FORMAT} header")
+    header = read_json(file, "path", FORMAT)
     if header.get("version") == 1:
         sources = ", ".join(map(str, header.get("sources") or []))
         raise ValueError(f"path: {path} was written by an older specdec (datastore format 1, without checksums); "

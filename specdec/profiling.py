@@ -22,8 +22,6 @@ than 32). The `Profile` is JSON keyed by device, dtype, batch sizes, context len
 from __future__ import annotations
 
 import json
-import math
-import platform
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,19 +32,22 @@ import torch
 from transformers import PreTrainedModel
 
 from .checks import is_int
+from .records import (atomic_write_text, cache_file, check_version, content_key, device_name, finite_list,
+                      increasing_ints, model_name, read_json, require_fields, versions)
 
 if TYPE_CHECKING:
     from .cache import TreeCache
     from .eagle import EagleHead
-    from .tree import TreeBatch
 
-__all__ = ["Profile", "profile", "cached_profile", "device_name", "model_name", "DEFAULT_SIZES", "DEFAULT_BATCH_SIZES",
-           "BACKLOGS", "FORMAT_VERSION"]
+__all__ = ["Profile", "profile", "cached_profile", "DEFAULT_SIZES", "DEFAULT_BATCH_SIZES", "BACKLOGS", "FORMAT_VERSION",
+           "FORMAT_HISTORY"]
 
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DEFAULT_BATCH_SIZES = (1, 4, 8, 16)
 BACKLOGS = (1, 2, 4, 8, 16, 32, 64)  # catch-up lengths m
-FORMAT_VERSION = 2
+FORMAT_VERSION = 2  # of profile and cost-model files
+FORMAT_HISTORY = (" (the step cost model: version 1 held forward times only, without the AR step, the catch-up and "
+                  "the context timings)")
 MAX_SPREAD = 0.25
 MONOTONE_SLACK = 0.05
 RETRIES = 2
@@ -54,113 +55,11 @@ AR_STEPS = 8  # timed plain-decoding steps per repeat
 AR_BAND = (0.67, 1.5)  # an AR step over the one-node verification, outside which it is measured again
 
 
-def device_name(device: torch.device) -> str:
-    """A stable name for the timing device: the GPU's name, or the CPU's model, family and thread count.
-
-    The family and model numbers are part of it because a cloud CPU's model name can be as vague as "AMD
-    EPYC": two machines of that name, one decoding twice as fast as the other, shared it, and a profile
-    cached on one (keyed by this name) would have priced the other without a warning."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        cpuinfo = ""  # not Linux: the generic name
-    return f"cpu {cpu_description(cpuinfo)} ({torch.get_num_threads()} threads)"
-
-
-def cpu_description(cpuinfo: str) -> str:
-    """The first processor's model name, with its family and model numbers when /proc/cpuinfo gives them
-    (x86), from the text of /proc/cpuinfo; the machine type when it names none."""
-    fields: dict[str, str] = {}
-    for line in cpuinfo.splitlines():
-        if not line.strip():
-            break  # the first processor's block ends
-        key, sep, value = line.partition(":")
-        if sep:
-            fields.setdefault(key.strip(), value.strip())
-    name = fields.get("model name") or platform.machine()
-    if "cpu family" in fields and "model" in fields:
-        return f"{name}, family {fields['cpu family']} model {fields['model']}"
-    return name
-
-
-def model_name(model: PreTrainedModel | None) -> str | None:
-    """The checkpoint a model (or EAGLE head) was loaded from ("" for models built from a config)."""
-    return None if model is None else str(getattr(model.config, "_name_or_path", "") or "")
-
-
 def _eagle_head(draft: object) -> "EagleHead | None":
     """`draft` when it is an EAGLE head (profiled by `specdec.eagle_profiling`), else None."""
     from .eagle import EagleHead
 
     return draft if isinstance(draft, EagleHead) else None
-
-
-def _versions() -> dict[str, str | None]:
-    import transformers
-
-    from . import __version__
-
-    out = {"specdec": __version__, "torch": torch.__version__, "transformers": transformers.__version__}
-    try:
-        import triton
-
-        out["triton"] = triton.__version__
-    except ImportError:
-        out["triton"] = None
-    return out
-
-
-def finite_list(values: object, name: str, length: int) -> list[float]:
-    if not isinstance(values, (list, tuple)) or len(values) != length:
-        raise ValueError(f"{name}: expected a list of {length} numbers, got {values!r:.80}")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-               for v in values):
-        raise ValueError(f"{name}: expected finite positive numbers, got {values!r:.80}")
-    return [float(v) for v in values]
-
-
-def positive_ints(values: object, name: str) -> list[int]:
-    """A JSON list of ints >= 1; ValueError naming `name` otherwise."""
-    if not isinstance(values, (list, tuple)) or not values or not all(is_int(v) and v >= 1 for v in values):
-        raise ValueError(f"{name}: expected a non-empty list of positive ints, got {values!r:.80}")
-    return [int(v) for v in values]
-
-
-def require_fields(doc: dict, keys: tuple[str, ...], what: str) -> None:
-    missing = [k for k in keys if k not in doc]
-    if missing:
-        raise ValueError(f"{what}: missing field(s) {missing}")
-
-
-def read_json(path: str | Path, what: str, kind: str) -> dict:
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError as err:
-        raise ValueError(f"{what}: no file at {path}") from err
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{what}: {path} is not JSON ({err})") from err
-    if not isinstance(doc, dict) or doc.get("format") != kind:
-        raise ValueError(f"{what}: {path} is not a {kind} file (its 'format' field is missing or different)")
-    return doc
-
-
-def check_version(doc: dict, what: str, redo: str) -> None:
-    """ValueError unless `doc` has this release's format version; `redo` says how to make a new one."""
-    version = doc.get("version")
-    if version != FORMAT_VERSION:
-        raise ValueError(f"{what}: format version {version!r}, this specdec reads version {FORMAT_VERSION} (the "
-                         "step cost model: version 1 held forward times only, without the AR step, the catch-up and "
-                         f"the context timings); {redo}")
-
-
-def _increasing(values: object, name: str, minimum: int = 1) -> tuple[int, ...]:
-    if (not isinstance(values, (list, tuple)) or len(values) < minimum
-            or not all(is_int(v) and v >= 1 for v in values)
-            or list(values) != sorted(set(values))):
-        raise ValueError(f"{name}: expected at least {minimum} increasing positive ints, got {values!r:.80}")
-    return tuple(values)
 
 
 # ---------------------------------------------------------------------------------------------- the record
@@ -203,8 +102,6 @@ class Profile:
     FORMAT = "specdec-profile"
 
     def save(self, path: str | Path) -> None:
-        from .records import atomic_write_text
-
         doc = {"format": self.FORMAT, "version": FORMAT_VERSION, **asdict(self)}
         atomic_write_text(path, json.dumps(doc, indent=1))
 
@@ -213,7 +110,7 @@ class Profile:
         """Read and validate a profile: an older format, missing fields, NaN or non-positive times, ragged
         tables -> ValueError naming what is wrong."""
         doc = read_json(path, "profile", cls.FORMAT)
-        check_version(doc, f"profile {path}", "profile again (specdec profile)")
+        check_version(doc, f"profile {path}", FORMAT_VERSION, "profile again (specdec profile)", FORMAT_HISTORY)
         return cls.from_dict(doc, f"profile {path}")
 
     @classmethod
@@ -221,10 +118,10 @@ class Profile:
         require_fields(doc, ("device", "dtype", "target", "draft", "context_len", "batch_sizes", "sizes", "repeats",
                              "verify_seconds", "short_context", "context_sizes", "context_seconds", "ar_step_seconds",
                              "draft_seconds", "backlogs", "catch_up_seconds"), what)
-        sizes = _increasing(doc["sizes"], f"{what}: sizes", 3)
-        batch_sizes = _increasing(doc["batch_sizes"], f"{what}: batch_sizes")
-        context_sizes = _increasing(doc["context_sizes"], f"{what}: context_sizes")
-        backlogs = _increasing(doc["backlogs"], f"{what}: backlogs", 2)
+        sizes = increasing_ints(doc["sizes"], f"{what}: sizes", 3)
+        batch_sizes = increasing_ints(doc["batch_sizes"], f"{what}: batch_sizes")
+        context_sizes = increasing_ints(doc["context_sizes"], f"{what}: context_sizes")
+        backlogs = increasing_ints(doc["backlogs"], f"{what}: backlogs", 2)
         for name in ("device", "dtype", "target"):
             if not isinstance(doc[name], str):
                 raise ValueError(f"{what}: {name} must be a string, got {doc[name]!r:.80}")
@@ -262,17 +159,6 @@ class Profile:
 
 
 # ---------------------------------------------------------------------------------------------- measuring
-def _random_tree(batch_size: int, n: int, gen: torch.Generator, vocab: int, device: torch.device) -> "TreeBatch":
-    """A random recursive tree of n nodes per row (parent of node i uniform in [0, i)): depth ~ ln n."""
-    from .tree import TreeBatch
-
-    i = torch.arange(n)
-    parents = (torch.rand(batch_size, n, generator=gen) * i).floor().to(torch.int64)
-    parents[:, 0] = -1
-    tokens = torch.randint(0, vocab, (batch_size, n), generator=gen)
-    return TreeBatch(tokens.to(device), parents.to(device), torch.full((batch_size,), n, device=device))
-
-
 def _filled_cache(model: PreTrainedModel, batch_size: int, context_len: int, extra: int) -> "TreeCache":
     """A TreeCache holding context_len committed tokens per row (random K/V: the values do not change cost)."""
     from .cache import TreeCache
@@ -342,11 +228,12 @@ def _tree_steps(model: PreTrainedModel, cache: "TreeCache", sizes: tuple[int, ..
                 gen: torch.Generator) -> list[Callable[[], None]]:
     """One callable per size: a tree forward of n random nodes per row over `cache`, rolled back."""
     from .attention import tree_forward
+    from .eagle_profiling import random_tree
     from .verify import vocab_size
 
     steps = []
     for n in sizes:
-        tree = _random_tree(cache.batch_size, n, gen, vocab_size(model), model.device)
+        tree = random_tree(cache.batch_size, n, gen, vocab_size(model), model.device)
         mask, pos = tree.ancestor_mask, tree.positions(cache.positions())
 
         def step(tree=tree, mask=mask, pos=pos):
@@ -500,7 +387,7 @@ def profile(target: PreTrainedModel, draft: "PreTrainedModel | EagleHead | None"
                    short_context=short, context_sizes=context_sizes, context_seconds=tuple(tables["context"]),
                    ar_step_seconds=tuple(tables["ar"]), draft_seconds=tuple(tables["draft"]) if has_draft else None,
                    backlogs=BACKLOGS, catch_up_seconds=tuple(tables["catch_up"]) if has_draft else None,
-                   spread={k: v for k, v in spread.items() if v}, notes=tuple(notes), versions=_versions(),
+                   spread={k: v for k, v in spread.items() if v}, notes=tuple(notes), versions=versions(),
                    created=time.strftime("%Y-%m-%dT%H:%M:%S"))
 
 
@@ -510,8 +397,6 @@ def cached_profile(target: PreTrainedModel, draft: "PreTrainedModel | EagleHead 
     format and settings (`records.content_key`) and kept as JSON under $SPECDEC_CACHE/profiles (default
     ~/.cache/specdec/profiles). A cached file that no longer validates (damaged, or written in an older
     format) is measured again."""
-    from .records import cache_file, content_key
-
     key = content_key("profile", {"target": target, "draft": draft}, device=device_name(target.device),
                       dtype=str(target.dtype), settings={"format": FORMAT_VERSION, **settings})
     path = cache_file("profiles", "profile", key)

@@ -44,6 +44,7 @@ from transformers import PreTrainedModel
 
 from .eagle import EagleHead
 from .generate import SpeculativeGenerator
+from .records import atomic_write_text, read_json
 from .suppliers.base import ARSupplier
 
 __all__ = ["TrainSettings", "train_eagle", "greedy_sequences", "ttt_logits", "ttt_losses", "token_stream",
@@ -283,7 +284,7 @@ def train_eagle(target: PreTrainedModel, data, out_dir: str | Path, *, tokenizer
         if (step + 1) % s.checkpoint_every == 0 or step + 1 == end:
             seconds = result.seconds.get("train", 0.0) + time.perf_counter() - t1
             _save_checkpoint(out / "checkpoint", head, opt, s, step + 1, result, seconds)
-    result.seconds = {"data": json.loads((out / "data.json").read_text())["seconds"],
+    result.seconds = {"data": read_json(out / "data.json", "out_dir")["seconds"],
                       "train": result.seconds.get("train", 0.0) + time.perf_counter() - t1}
     head.eval()
     if end == s.steps:  # done: fit the greedy temperature on continuations the head has not seen
@@ -318,12 +319,12 @@ def _cached_sequences(target: PreTrainedModel, stream: Tensor, s: TrainSettings,
     """The generated training sequences, read back from ``out/data.npy`` when its header matches."""
     key = {"num_sequences": s.num_sequences, "seq_len": s.seq_len, "prompt_len": s.prompt_len, "seed": s.seed}
     meta = out / "data.json"
-    if meta.is_file() and (out / "data.npy").is_file() and json.loads(meta.read_text())["key"] == key:
+    if meta.is_file() and (out / "data.npy").is_file() and read_json(meta, "out_dir")["key"] == key:
         return torch.from_numpy(np.load(out / "data.npy", allow_pickle=False).astype(np.int64))
     t0 = time.perf_counter()
     sequences = greedy_sequences(target, stream, s, progress=progress)
     np.save(out / "data.npy", sequences.numpy().astype(np.int32))
-    meta.write_text(json.dumps({"key": key, "seconds": time.perf_counter() - t0}))
+    atomic_write_text(meta, json.dumps({"key": key, "seconds": time.perf_counter() - t0}))
     return sequences
 
 
@@ -334,15 +335,15 @@ def _save_checkpoint(path: Path, head: EagleHead, opt: torch.optim.Optimizer, s:
     moments = {f"{i}.{name}": t.detach().cpu().contiguous() for i, state in opt.state_dict()["state"].items()
                for name, t in state.items()}
     save_file(moments, str(path / "optimizer.safetensors"))
-    (path / "state.json").write_text(json.dumps({"step": step, "settings": asdict(s), "losses": result.losses,
-                                                 "seconds": seconds}))
+    atomic_write_text(path / "state.json", json.dumps({"step": step, "settings": asdict(s), "losses": result.losses,
+                                                       "seconds": seconds}))
 
 
 def _resume(path: Path, head: EagleHead, opt: torch.optim.Optimizer, s: TrainSettings, result: TrainResult) -> int:
     """Load a checkpoint written with the same settings; returns the step to continue from (0: none)."""
     if not (path / "state.json").is_file():
         return 0
-    state = json.loads((path / "state.json").read_text())
+    state = read_json(path / "state.json", "out_dir")
     saved = {**asdict(TrainSettings()), **state["settings"]}  # fields added since: their defaults
     saved["aux_layers"] = tuple(saved["aux_layers"]) if saved.get("aux_layers") is not None else None
     if saved != asdict(s):

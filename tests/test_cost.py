@@ -14,7 +14,8 @@ import specdec
 from conftest import make_model, perturbed
 from specdec.cost import MAX_FIT_ERROR, CostModel, CostsByBatch, Curve, VerifyFit, check_compatible
 from specdec.ops import smart_cost
-from specdec.profiling import BACKLOGS, FORMAT_VERSION, Profile, device_name
+from specdec.profiling import BACKLOGS, FORMAT_VERSION, Profile
+from specdec.records import device_name
 
 SIZES = (1, 2, 3, 4, 6, 8, 11, 16, 23, 32, 45, 64, 91, 128, 181, 256)
 TRUE = {"gamma": 4e-3, "delta": 0.05, "rho": 0.8}
@@ -225,7 +226,7 @@ def test_cpu_description_tells_cpus_of_one_model_name_apart():
     """Two CPUs both named "AMD EPYC" (one decoded twice as fast as the other) differ by family and model;
     the first processor's block counts; without those fields (an ARM board), the model name alone, and
     without that the machine type."""
-    from specdec.profiling import cpu_description
+    from specdec.records import cpu_description
 
     def info(family, model):
         return (f"processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: {family}\nmodel\t\t: {model}\n"

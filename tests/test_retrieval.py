@@ -22,7 +22,7 @@ from specdec.datastore import Datastore, Match
 from specdec.demo_pair import pair_path
 from specdec.models import load_tokenizer
 from specdec.state import DecodeState
-from specdec.profiling import device_name
+from specdec.records import device_name
 from specdec.planner import StepPlanner
 from specdec.suppliers.trie import _leaves_before, plan_trie
 from specdec.suppliers.trie import prefix_trie
@@ -226,7 +226,7 @@ def test_truncated_or_corrupt_files_raise(tmp_path):
     with pytest.raises(ValueError, match=r"suffix_array.npy: int32\[51\] .* the header says int32\[61\]"):
         Datastore.open(tmp_path)
     (tmp_path / "datastore.json").write_text("{not json")
-    with pytest.raises(ValueError, match="is not valid JSON"):
+    with pytest.raises(ValueError, match="is not JSON"):
         Datastore.open(tmp_path)
     with pytest.raises(ValueError, match="holds no datastore"):
         Datastore.open(tmp_path / "nowhere")

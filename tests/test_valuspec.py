@@ -222,8 +222,8 @@ def test_calibrate_scores_windows_of_the_targets_greedy_output(tmp_path):
 
 
 @pytest.mark.parametrize("edit, match", [
-    (lambda d: "not json {", "not readable as JSON"),
-    (lambda d: {**d, "format": "x"}, "not a ValuSpec calibration"),
+    (lambda d: "not json {", "is not JSON"),
+    (lambda d: {**d, "format": "x"}, "is not a specdec-valuspec-calibration file"),
     (lambda d: {**d, "version": 9}, "version 9, expected 1 or 2"),
     (lambda d: {k: v for k, v in d.items() if k != "taus"}, r"missing fields \['taus'\]"),
     (lambda d: {**d, "tau": -1.0}, r"unknown fields \['tau'\]"),
@@ -243,7 +243,7 @@ def test_corrupt_calibration_files_raise(tmp_path, edit, match):
     path.write_text(data if isinstance(data, str) else json.dumps(data))
     with pytest.raises(ValueError, match=match):
         Calibration.load(path)
-    with pytest.raises(ValueError, match="not readable"):
+    with pytest.raises(ValueError, match="no file at"):
         Calibration.load(tmp_path / "missing.json")
 
 
@@ -393,7 +393,7 @@ def test_cli_calibrate_then_generate_with_the_filter(saved, tmp_path, capsys):
 
 @pytest.mark.hf
 @pytest.mark.parametrize("extra, message", [
-    (["--valuspec", "BAD"], "calibration file .* not readable as JSON"),
+    (["--valuspec", "BAD"], "calibration file: .* is not JSON"),
     (["--fixed-threshold", "0.5"], "--scorer: ValuSpec needs a scorer model"),
     (["--fixed-threshold", "1.5", "--scorer", "DRAFT"], r"probability: expected a number in \(0, 1\]"),
 ])
