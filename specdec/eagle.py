@@ -33,7 +33,6 @@ width differs from the target's). Anything missing, mis-shaped, unexpected or no
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -47,69 +46,12 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 from . import ops
 from .attention import TreeAttentionMetadata
 from .cache import TreeCache
+from .eagle_checkpoint import EagleConfig, check_config, default_aux_layers, read_checkpoint
 from .verify import vocab_size
 
 __all__ = ["EagleConfig", "EagleHead", "default_aux_layers"]
 
-KINDS = ("eagle3", "eagle1")
 WEIGHTS = "model.safetensors"
-_CONVERT = ("convert it once with torch and safetensors: python -c \"import torch; from safetensors.torch import "
-            "save_file; save_file({k: v.contiguous() for k, v in torch.load('{name}', weights_only=True).items()}, "
-            "'model.safetensors')\" (specdec never unpickles a checkpoint)")
-
-
-def default_aux_layers(num_layers: int) -> tuple[int, ...]:
-    """EAGLE-3's default feature layers: the inputs of layers 2, L // 2 and L - 3."""
-    return (2, num_layers // 2, num_layers - 3)
-
-
-@dataclass(frozen=True)
-class EagleConfig:
-    """The head's shape. `aux_layers`: indices of the target's ``hidden_states`` tuple it reads (EAGLE-1:
-    (L,), the post-norm last state). `rope`: the head's own RoPE parameters (transformers' format)."""
-
-    kind: str
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
-    draft_vocab_size: int
-    target_hidden_size: int
-    aux_layers: tuple[int, ...]
-    rms_norm_eps: float = 1e-6
-    hidden_act: str = "silu"
-    attention_bias: bool = False
-    fc_bias: bool = False
-    norm_before_residual: bool = False
-    max_position_embeddings: int = 2048
-    rope: dict | None = None
-    # Greedy decoding ranks candidates by logits / greedy_temperature (config.json:
-    # specdec_greedy_temperature; 1.0, EAGLE-2's ranking, when absent): a head trained on the target's
-    # distribution is as unsure as the target, while greedy verification accepts its argmax far more often
-    # than that distribution says (training.calibrate_greedy_temperature fits it).
-    greedy_temperature: float = 1.0
-
-    def to_json(self) -> dict:
-        """config.json in the published layout's field names (with the fields this loader reads)."""
-        out = {"architectures": ["LlamaForCausalLMEagle3" if self.kind == "eagle3" else "LlamaForCausalLM"],
-               "model_type": "llama", "hidden_size": self.hidden_size, "num_attention_heads": self.num_heads,
-               "num_key_value_heads": self.num_kv_heads, "head_dim": self.head_dim,
-               "intermediate_size": self.intermediate_size, "num_hidden_layers": 1, "vocab_size": self.vocab_size,
-               "rms_norm_eps": self.rms_norm_eps, "hidden_act": self.hidden_act,
-               "attention_bias": self.attention_bias, "max_position_embeddings": self.max_position_embeddings,
-               "rope_parameters": self.rope or {"rope_type": "default", "rope_theta": 10000.0}}
-        out["rope_theta"] = out["rope_parameters"].get("rope_theta", 10000.0)  # loaders that read the legacy field
-        if self.greedy_temperature != 1.0:
-            out["specdec_greedy_temperature"] = self.greedy_temperature
-        if self.kind == "eagle3":
-            out.update(draft_vocab_size=self.draft_vocab_size, target_hidden_size=self.target_hidden_size,
-                       eagle_aux_hidden_state_layer_ids=list(self.aux_layers),
-                       norm_before_residual=self.norm_before_residual)
-        else:
-            out["bias"] = self.fc_bias
-        return out
 
 
 class _Layer(nn.Module):
@@ -194,7 +136,7 @@ class EagleHead(nn.Module):
                              tuple(aux_layers or default_aux_layers(L)) if kind == "eagle3" else (L,),
                              rms_norm_eps=tc.rms_norm_eps, hidden_act=tc.hidden_act, fc_bias=kind == "eagle1",
                              max_position_embeddings=tc.max_position_embeddings, rope=rope)
-        _check_config(config, target)
+        check_config(config, target)
         head = cls(config, target)
         gen = torch.Generator(device=target.device).manual_seed(seed)
         with torch.no_grad():
@@ -234,8 +176,6 @@ class EagleHead(nn.Module):
     def from_pretrained(cls, path: str | Path, target: PreTrainedModel) -> "EagleHead":
         """Load a published EAGLE-3 or EAGLE-1/2 head (module docstring) for `target`, in its dtype and on
         its device. ValueError naming the file, tensor or field for anything that does not fit."""
-        from .eagle_checkpoint import read_checkpoint
-
         config, tensors = read_checkpoint(Path(path), target)
         embed = tensors.pop("embed_tokens.weight", None)
         head = cls(config, target, embed=embed.to(device=target.device, dtype=target.dtype)
@@ -409,22 +349,3 @@ def _rope(c: EagleConfig) -> tuple[Tensor, float]:
                          max_position_embeddings=c.max_position_embeddings, rope_parameters=params)
     rotary = LlamaRotaryEmbedding(config)
     return rotary.inv_freq.float(), float(rotary.attention_scaling)
-
-
-def _check_config(c: EagleConfig, target: PreTrainedModel) -> None:
-    """The head fits the target: vocabulary, width, feature layers (ValueError naming the field)."""
-    tc = target.config.get_text_config()
-    if c.vocab_size != vocab_size(target):
-        raise ValueError(f"vocab_size: the head's vocabulary has {c.vocab_size} tokens, the target's "
-                         f"{vocab_size(target)}")
-    if c.target_hidden_size != tc.hidden_size:
-        raise ValueError(f"target_hidden_size: the head reads {c.target_hidden_size}-wide hidden states, the target's "
-                         f"are {tc.hidden_size} wide")
-    L = tc.num_hidden_layers
-    last = L - 1 if c.kind == "eagle3" else L  # EAGLE-3 reads pre-norm states only; index L is post-norm
-    bad = [i for i in c.aux_layers if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i <= last]
-    if bad or not c.aux_layers:
-        raise ValueError(f"eagle_aux_hidden_state_layer_ids: {list(c.aux_layers)} must be indices in 0..{last} of the "
-                         f"target's hidden states ({L} layers)")
-    if c.kind not in KINDS:
-        raise ValueError(f"kind: expected one of {KINDS}, got {c.kind!r}")

@@ -1,10 +1,11 @@
-"""Reading published EAGLE head checkpoints: config.json and safetensors, checked against the layouts in
-`specdec.eagle` and against the target before any tensor is used. Never unpickles: a ``.bin``/``.pt``
-checkpoint is refused with the command that converts it."""
+"""The EAGLE head's shape (`EagleConfig`, checked against the target by `check_config`) and reading published
+EAGLE head checkpoints: config.json and safetensors, checked against the layouts `specdec.eagle` builds and
+against the target before any tensor is used. Never unpickles: a ``.bin``/``.pt`` checkpoint is refused
+with the command that converts it."""
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -12,9 +13,88 @@ from safetensors import safe_open
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from .eagle import _CONVERT, EagleConfig, _check_config, default_aux_layers
+from .records import read_json
+from .verify import vocab_size
 
-__all__ = ["read_checkpoint", "expected_tensors"]
+__all__ = ["EagleConfig", "check_config", "default_aux_layers", "read_checkpoint", "expected_tensors"]
+
+KINDS = ("eagle3", "eagle1")
+_CONVERT = ("convert it once with torch and safetensors: python -c \"import torch; from safetensors.torch import "
+            "save_file; save_file({k: v.contiguous() for k, v in torch.load('{name}', weights_only=True).items()}, "
+            "'model.safetensors')\" (specdec never unpickles a checkpoint)")
+
+
+def default_aux_layers(num_layers: int) -> tuple[int, ...]:
+    """EAGLE-3's default feature layers: the inputs of layers 2, L // 2 and L - 3."""
+    return (2, num_layers // 2, num_layers - 3)
+
+
+@dataclass(frozen=True)
+class EagleConfig:
+    """The head's shape. `aux_layers`: indices of the target's ``hidden_states`` tuple it reads (EAGLE-1:
+    (L,), the post-norm last state). `rope`: the head's own RoPE parameters (transformers' format)."""
+
+    kind: str
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    draft_vocab_size: int
+    target_hidden_size: int
+    aux_layers: tuple[int, ...]
+    rms_norm_eps: float = 1e-6
+    hidden_act: str = "silu"
+    attention_bias: bool = False
+    fc_bias: bool = False
+    norm_before_residual: bool = False
+    max_position_embeddings: int = 2048
+    rope: dict | None = None
+    # Greedy decoding ranks candidates by logits / greedy_temperature (config.json:
+    # specdec_greedy_temperature; 1.0, EAGLE-2's ranking, when absent): a head trained on the target's
+    # distribution is as unsure as the target, while greedy verification accepts its argmax far more often
+    # than that distribution says (training.calibrate_greedy_temperature fits it).
+    greedy_temperature: float = 1.0
+
+    def to_json(self) -> dict:
+        """config.json in the published layout's field names (with the fields this loader reads)."""
+        out = {"architectures": ["LlamaForCausalLMEagle3" if self.kind == "eagle3" else "LlamaForCausalLM"],
+               "model_type": "llama", "hidden_size": self.hidden_size, "num_attention_heads": self.num_heads,
+               "num_key_value_heads": self.num_kv_heads, "head_dim": self.head_dim,
+               "intermediate_size": self.intermediate_size, "num_hidden_layers": 1, "vocab_size": self.vocab_size,
+               "rms_norm_eps": self.rms_norm_eps, "hidden_act": self.hidden_act,
+               "attention_bias": self.attention_bias, "max_position_embeddings": self.max_position_embeddings,
+               "rope_parameters": self.rope or {"rope_type": "default", "rope_theta": 10000.0}}
+        out["rope_theta"] = out["rope_parameters"].get("rope_theta", 10000.0)  # loaders that read the legacy field
+        if self.greedy_temperature != 1.0:
+            out["specdec_greedy_temperature"] = self.greedy_temperature
+        if self.kind == "eagle3":
+            out.update(draft_vocab_size=self.draft_vocab_size, target_hidden_size=self.target_hidden_size,
+                       eagle_aux_hidden_state_layer_ids=list(self.aux_layers),
+                       norm_before_residual=self.norm_before_residual)
+        else:
+            out["bias"] = self.fc_bias
+        return out
+
+
+def check_config(c: EagleConfig, target: PreTrainedModel) -> None:
+    """The head fits the target: vocabulary, width, feature layers (ValueError naming the field)."""
+    tc = target.config.get_text_config()
+    if c.vocab_size != vocab_size(target):
+        raise ValueError(f"vocab_size: the head's vocabulary has {c.vocab_size} tokens, the target's "
+                         f"{vocab_size(target)}")
+    if c.target_hidden_size != tc.hidden_size:
+        raise ValueError(f"target_hidden_size: the head reads {c.target_hidden_size}-wide hidden states, the target's "
+                         f"are {tc.hidden_size} wide")
+    L = tc.num_hidden_layers
+    last = L - 1 if c.kind == "eagle3" else L  # EAGLE-3 reads pre-norm states only; index L is post-norm
+    bad = [i for i in c.aux_layers if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i <= last]
+    if bad or not c.aux_layers:
+        raise ValueError(f"eagle_aux_hidden_state_layer_ids: {list(c.aux_layers)} must be indices in 0..{last} of the "
+                         f"target's hidden states ({L} layers)")
+    if c.kind not in KINDS:
+        raise ValueError(f"kind: expected one of {KINDS}, got {c.kind!r}")
 
 
 def read_checkpoint(path: Path, target: PreTrainedModel) -> tuple[EagleConfig, dict[str, Tensor]]:
@@ -23,16 +103,11 @@ def read_checkpoint(path: Path, target: PreTrainedModel) -> tuple[EagleConfig, d
         raise ValueError(f"path: {path} is not a directory holding an EAGLE head (config.json and *.safetensors)")
     if not (path / "config.json").is_file():
         raise ValueError(f"config.json: missing in {path}")
-    try:
-        raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"config.json: not readable JSON ({err})") from None
-    if not isinstance(raw, dict):
-        raise ValueError("config.json: expected a JSON object")
+    raw = read_json(path / "config.json", "config.json")
     tensors = _read_tensors(path)
     kind = _kind(tensors)
     config = parse_config(raw, kind, target, tensors)
-    _check_config(config, target)
+    check_config(config, target)
     expected = expected_tensors(config)
     if "embed_tokens.weight" in tensors:
         expected["embed_tokens.weight"] = (config.vocab_size, config.hidden_size)

@@ -43,10 +43,9 @@ import numpy as np
 from .cost import CostModel
 
 if TYPE_CHECKING:
-    from .planner import TreeFacts
     from .stages import StepRecord
 
-__all__ = ["Calibration", "DepthStats", "Estimates", "OnlineCosts", "tested_nodes"]
+__all__ = ["Calibration", "DepthStats", "Estimates", "OnlineCosts", "TreeFacts", "tested_nodes"]
 
 COST_WEIGHT = 0.15  # weight of one observation in the running cost estimates
 DECAY = 0.98  # per drafting step, for the acceptance and growth counts (about 50 steps of memory)
@@ -56,6 +55,24 @@ C_T_FIRST = 3  # warm plain steps the first measurement of c_T takes (the planne
 CLIP = 3.0  # one step's timing moves an estimate by at most this factor (a stall is not a new cost)
 TABLE = 512  # widths and backlogs priced from precomputed tables (larger ones through the cost model)
 EDGES = np.array([0.0, 0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+
+
+@dataclass(frozen=True)
+class TreeFacts:
+    """What a drafting step did, from numbers the supplier synced anyway.
+
+    cap: the plan's depth cap; forwards: draft layer forwards run (the catch-up excluded), of
+    ``layer_widths`` nodes per row; width_after[d - 1]: the padded tree width after depth d's nodes joined
+    (one entry per depth the tree reached, the last is the final width); backlog: the catch-up's length
+    (0 for suppliers without a draft model); row_depth: [B] each row's own tree depth, when known.
+    """
+
+    cap: int
+    forwards: int
+    layer_widths: tuple[int, ...]
+    width_after: tuple[int, ...]
+    backlog: int = 0
+    row_depth: np.ndarray | None = None
 
 
 class Calibration:

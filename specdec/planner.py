@@ -35,7 +35,7 @@ from statistics import NormalDist
 import numpy as np
 
 from .cost import CostModel
-from .estimates import C_T_FIRST, Calibration, DepthStats, OnlineCosts, tested_nodes
+from .estimates import C_T_FIRST, Calibration, DepthStats, OnlineCosts, TreeFacts, tested_nodes
 from .stages import PlanStats, StepRecord
 
 __all__ = ["StepRecord", "TreeFacts", "Plan", "PlanStats", "StepPlanner", "MARGIN"]
@@ -51,24 +51,6 @@ SPREAD_WEIGHT = 0.25  # weight of one call in the batch-spread correction, after
 SPREAD_MIN_STEPS = 4  # drafting steps a call needs before its spread counts
 C_T_EVERY = 64  # drafting steps in a row before a few plain ones re-measure c_T (the first after WARMUP)
 COLD_PROBE = 4  # a cold draft's probe waits the longest interval only if its catch-up costs more AR steps than this
-
-
-@dataclass(frozen=True)
-class TreeFacts:
-    """What a drafting step did, from numbers the supplier synced anyway.
-
-    cap: the plan's depth cap; forwards: draft layer forwards run (the catch-up excluded), of
-    ``layer_widths`` nodes per row; width_after[d - 1]: the padded tree width after depth d's nodes joined
-    (one entry per depth the tree reached, the last is the final width); backlog: the catch-up's length
-    (0 for suppliers without a draft model); row_depth: [B] each row's own tree depth, when known.
-    """
-
-    cap: int
-    forwards: int
-    layer_widths: tuple[int, ...]
-    width_after: tuple[int, ...]
-    backlog: int = 0
-    row_depth: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
