@@ -14,9 +14,8 @@ depend on, by content rather than by name:
 
 Beside the cache it holds what every record on disk shares: the package's version (`__version__`, read
 once from the installed distribution), run provenance (`device_name`, `model_name`, `versions`,
-`provenance`), the checks of a JSON record (`read_json`, `check_version`, `require_fields`,
-`finite_list`, `increasing_ints`), and `require_extra`, the message of a missing
-optional dependency.
+`provenance`), the checks of a JSON record (`read_json`, `check_version`, `require_fields`, `finite_list`,
+`increasing_ints`), and `require_extra`, the import of an optional dependency that names its extra.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ import os
 import platform
 import subprocess
 import time
+import tomllib
 import uuid
 from pathlib import Path
 from types import ModuleType
@@ -67,8 +67,6 @@ def _read_version() -> str:
         pass
     pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
     try:
-        import tomllib
-
         project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
     except (OSError, ValueError):
         return "0+unknown"
