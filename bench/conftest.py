@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specdec.harness import environment
+from specdec.app.harness import environment
 
 ROWS: list[dict] = []
 

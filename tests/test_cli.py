@@ -9,7 +9,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from conftest import VOCAB, make_model, perturbed
-from specdec.cli import main
+from specdec.app.cli import main
 
 pytestmark = pytest.mark.hf
 

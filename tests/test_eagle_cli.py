@@ -11,7 +11,7 @@ from transformers import PreTrainedTokenizerFast
 
 import specdec
 from conftest import VOCAB
-from specdec.cli import main
+from specdec.app.cli import main
 from test_eagle import eagle_target, head_tensors, write_head
 
 pytestmark = pytest.mark.hf

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec.harness import MethodResult, compare_to_ar, encode, first_difference, fit
+from specdec.app.harness import MethodResult, compare_to_ar, encode, first_difference, fit
 
 
 def result(method: str, tps: float) -> MethodResult:
@@ -46,7 +46,7 @@ def test_speedup_by_round_pairs_each_round_with_ars():
 def test_paired_speedup_is_the_median_of_same_slot_ratios():
     """Each (round, batch) slot pairs the run with AR on the same batch back to back; the median ignores a
     slot a stall hit, where best-of would compare each method's luckiest slot."""
-    from specdec.harness import paired_speedup
+    from specdec.app.harness import paired_speedup
 
     ar, tree = result("ar", 10.0), result("tree", 10.0)
     ar.batch_tokens, tree.batch_tokens = [8, 4], [8, 4]
@@ -68,7 +68,7 @@ def test_interleaved_runs_rotate_their_order_and_keep_every_slot(monkeypatch):
 
     import specdec
     from conftest import make_model
-    from specdec import harness
+    from specdec.app import harness
     from specdec.planner import PlanStats
 
     target = make_model("llama")
@@ -114,7 +114,7 @@ def test_run_method_repeats_keep_the_fastest_run_and_the_first_outputs():
 
     import specdec
     from conftest import make_model
-    from specdec.harness import run_method
+    from specdec.app.harness import run_method
 
     target = make_model("llama")
     prompts = [[5, 6, 7, 8], [9, 10, 11]]
@@ -136,7 +136,7 @@ def test_a_prompt_too_long_for_the_model_is_left_out_quietly():
     import logging
     from types import SimpleNamespace
 
-    from specdec.models import load_tokenizer
+    from specdec.app.models import load_tokenizer
 
     tokenizer = load_tokenizer("demo-target")
     tokenizer.deprecation_warnings.pop("sequence-length-is-longer-than-the-specified-maximum", None)  # once only

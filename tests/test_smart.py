@@ -219,7 +219,7 @@ def test_reprofile_measures_a_batch_size_outside_the_profile():
 
 
 def test_bench_variants_parse_and_fit_batch_pins_the_cost_model():
-    from specdec.harness import make_supplier, smart_variant
+    from specdec.app.harness import make_supplier, smart_variant
 
     assert smart_variant("default") == {}
     assert smart_variant("alpha=0.5,budget=none,padding_aware=1,planner=0") == {

@@ -11,14 +11,14 @@ from pathlib import Path
 from tqdm import tqdm
 
 from . import harness
-from .calibration import DEFAULT_WINDOW, Calibration, cached_calibration
-from .datastore import Datastore, stdlib_datastore, vocab_hash
-from .eagle import EagleHead
+from ..calibration import DEFAULT_WINDOW, Calibration, cached_calibration
+from ..datastore import Datastore, stdlib_datastore, vocab_hash
+from ..eagle import EagleHead
 from .models import TOKENIZER_FILES, load_model, load_tokenizer, resolve_name
-from .profiling import DEFAULT_SIZES, Profile, cached_profile
-from .sampling import Sampling
-from .suppliers.base import position_limit
-from .valuspec import ValuSpecFilter
+from ..profiling import DEFAULT_SIZES, Profile, cached_profile
+from ..sampling import Sampling
+from ..suppliers.base import position_limit
+from ..valuspec import ValuSpecFilter
 
 __all__ = ["AUTO_PROFILE", "check_tokenizers", "eagle_shape", "evaluate", "load_datastore", "load_eagle",
            "print_table", "sampling_options", "smart_profile"]

@@ -18,21 +18,21 @@ import torch
 from tqdm import tqdm
 
 from . import harness
-from .calibration import DEFAULT_DELTA, DEFAULT_WINDOW, MAX_LENGTH, Calibration, calibrate
+from ..calibration import DEFAULT_DELTA, DEFAULT_WINDOW, MAX_LENGTH, Calibration, calibrate
 from .cli_checks import (TREE_COUNTS, check_bench, check_counts, check_device, check_filter_flags, check_generate,
                          check_output_dir, check_output_file, check_profile, flag_message, flag_names,
                          read_prompt_file, scorer_name)
-from .cost import CostModel, plot_fits
-from .datastore import HEADER, Datastore, orphaned_arrays
-from .generate import SpeculativeGenerator, Stats
+from ..cost import CostModel, plot_fits
+from ..datastore import HEADER, Datastore, orphaned_arrays
+from ..generate import SpeculativeGenerator, Stats
 from .harness import METHODS, PROMPT_SETS
 from .models import DTYPES, load_model, load_tokenizer, one_line
-from .profiling import DEFAULT_SIZES, Profile, profile
+from ..profiling import DEFAULT_SIZES, Profile, profile
 from .cli_eagle import add_train_eagle_parser, cmd_train_eagle
 from .evaluation import (check_tokenizers, eagle_shape, evaluate, load_datastore, load_eagle, print_table,
                          sampling_options, smart_profile)
-from .records import atomic_write_text
-from .valuspec import DEFAULT_UNIT, FixedThresholdFilter, ValuSpecFilter
+from ..records import atomic_write_text
+from ..valuspec import DEFAULT_UNIT, FixedThresholdFilter, ValuSpecFilter
 
 
 MODEL_HELP = "a local path, a hub id, demo-target / demo-draft (the embedded pair) or smollm2"

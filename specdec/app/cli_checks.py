@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import harness
 from .models import resolve_device
-from .profiling import Profile
+from ..profiling import Profile
 
 __all__ = ["TREE_COUNTS", "check_bench", "check_counts", "check_device", "check_filter_flags", "check_generate",
            "check_output_dir", "check_output_file", "check_profile", "flag_message", "flag_names", "read_prompt_file",

@@ -21,13 +21,13 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .cost import CostModel
-from .datastore import Datastore
-from .eagle import EagleHead
-from .generate import SpeculativeGenerator, Stats, TreeFilter
-from .profiling import Profile, device_name
-from .sampling import GREEDY, Sampling
-from .suppliers import (ARSupplier, DraftSupplier, EagleSupplier, PromptLookupSupplier, RetrievalSupplier, SmartSupplier,
+from ..cost import CostModel
+from ..datastore import Datastore
+from ..eagle import EagleHead
+from ..generate import SpeculativeGenerator, Stats, TreeFilter
+from ..profiling import Profile, device_name
+from ..sampling import GREEDY, Sampling
+from ..suppliers import (ARSupplier, DraftSupplier, EagleSupplier, PromptLookupSupplier, RetrievalSupplier, SmartSupplier,
                         Supplier)
 
 __all__ = ["METHODS", "PROMPT_SETS", "MethodResult", "Run", "environment", "load_prompts", "make_supplier",
