@@ -25,7 +25,8 @@ from .cli_checks import (TREE_COUNTS, check_bench, check_counts, check_device, c
 from ..cost import CostModel, plot_fits
 from ..datastore import HEADER, Datastore, orphaned_arrays
 from ..generate import SpeculativeGenerator, Stats
-from .harness import METHODS, PROMPT_SETS
+from .harness import PROMPT_SETS
+from .methods import METHODS, REGISTRY
 from .models import DTYPES, load_model, load_tokenizer, one_line
 from ..profiling import DEFAULT_SIZES, Profile, profile
 from .cli_eagle import add_train_eagle_parser, cmd_train_eagle
@@ -180,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--target", required=True, help=MODEL_HELP)
     gen.add_argument("--draft", help="draft model (methods chain and tree); " + MODEL_HELP)
     add_eagle_option(gen)
-    gen.add_argument("--method", choices=METHODS, default="tree")
+    gen.add_argument("--method", choices=METHODS, default="tree", help="; ".join(
+        f"{m.name}: {m.summary}" for m in REGISTRY.values()))
     prompts = gen.add_mutually_exclusive_group(required=True)
     prompts.add_argument("--prompt", action="append", help="a prompt (repeat for several)")
     prompts.add_argument("--prompts-file", type=Path, help="a text file with one prompt per line, or .jsonl "
@@ -301,8 +303,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     filtering = args.valuspec is not None or args.fixed_threshold is not None
     check_tokenizers(tokenizer, {"--draft": args.draft, "--scorer": scorer_name(args) if filtering else None})
     # the datastore before the models: a wrong one fails in milliseconds
-    datastore = (load_datastore(args.datastore, tokenizer, args.target)
-                 if args.method in harness.RETRIEVAL_METHODS else None)
+    method = REGISTRY[args.method]
+    datastore = load_datastore(args.datastore, tokenizer, args.target) if "datastore" in method.needs else None
     target = load_model(args.target, dtype=args.dtype, device=args.device, tensor_parallel=args.tensor_parallel,
                         what="--target")
     draft = load_model(args.draft, dtype=args.dtype, device=str(target.device), what="--draft") if args.draft else None
@@ -310,11 +312,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
              "frontier": args.frontier, "max_depth": args.max_depth, "padding_aware": args.padding_aware,
              "planner": not args.no_planner}
     smart = {k: v for k, v in smart.items() if v is not None or k == "budget"}  # unset: the supplier's defaults
-    eagle = load_eagle(args.eagle, target, args.target) if args.method in harness.EAGLE_METHODS else None
-    drafter = eagle if args.method == harness.EAGLE_SMART else draft  # eagle-smart: --profile taken with the head
+    eagle = load_eagle(args.eagle, target, args.target) if "eagle" in method.needs else None
+    drafter = eagle if "eagle" in method.needs else draft  # eagle-smart: --profile taken with the head
+    # the profile of what drafts; a drafter the method needs and lacks is make_supplier's error
+    drafts = "draft" in method.needs or "eagle" in method.needs
     cost = (smart_profile(args.profile, target, drafter, [args.batch_size])
-            if (args.method in ("smart", harness.EAGLE_SMART) and drafter is not None)
-            or args.method in ("retrieval-smart", "prompt-lookup-smart") else None)
+            if "cost" in method.needs and (drafter is not None or not drafts) else None)
     supplier = harness.make_supplier(args.method, draft, depth=args.depth,
                                      topk=TREE_TOPK if args.topk is None else args.topk,
                                      total_tokens=args.total_tokens, datastore=datastore,
@@ -527,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
         print("specdec: interrupted", file=sys.stderr)
         return 130
     except (ValueError, OSError) as err:  # user errors (OSError: an unreadable file, a full disk)
-        message = flag_message(one_line(err), flag_names(parser, args), {"out_dir": "out"})
+        message = flag_message(one_line(err), flag_names(parser, args), {"out_dir": "out", "cost": "profile"})
         print(f"specdec: error: {message}", file=sys.stderr)
         return 2
 

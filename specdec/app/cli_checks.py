@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from . import harness
+from .methods import DRAFT_METHODS
 from .models import resolve_device
 from ..profiling import Profile
 
@@ -165,7 +166,7 @@ def check_generate(args: argparse.Namespace) -> None:
     if not args.alpha > 0:
         raise ValueError(f"--alpha: expected > 0, got {args.alpha}")
     check_device(args)
-    if args.method in harness.DRAFT_METHODS and not args.draft:
+    if args.method in DRAFT_METHODS and not args.draft:
         raise ValueError(f"--draft: method {args.method!r} needs a draft model")
 
 

@@ -14,6 +14,7 @@ from . import harness
 from ..calibration import DEFAULT_WINDOW, Calibration, cached_calibration
 from ..datastore import Datastore, stdlib_datastore, vocab_hash
 from ..eagle import EagleHead
+from .methods import DRAFT_METHODS, EAGLE_METHODS, EAGLE_SMART, PLANNED_METHODS, RETRIEVAL_METHODS
 from .models import TOKENIZER_FILES, load_model, load_tokenizer, resolve_name
 from ..profiling import DEFAULT_SIZES, Profile, cached_profile
 from ..sampling import Sampling
@@ -118,7 +119,7 @@ def variant_runs(args: argparse.Namespace, runs: dict, cost: Profile | None) -> 
             for n in sizes:
                 name = "tree" if len(sizes) == 1 else f"tree-{n}"
                 out[name], options[name] = (method, budget), {"total_tokens": n}
-        elif method in ("smart", harness.EAGLE_SMART):  # eagle-smart's cost, the head's profile, comes later
+        elif method in ("smart", EAGLE_SMART):  # eagle-smart's cost, the head's profile, comes later
             for v in getattr(args, "smart_variants", None) or ["default"]:
                 name = method if v == "default" else f"{method}[{v}]"
                 out[name], options[name] = (method, budget), {"smart": harness.smart_variant(v)}
@@ -155,15 +156,15 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
         raise ValueError(f"--budgets: expected sizes >= 1, got {args.budgets}")
     tokenizer = load_tokenizer(target_name, "--target")
     check_tokenizers(tokenizer, {"--draft": draft_name})
-    methods = ["ar"] + [m for m in methods if m != "ar" and (draft_name is not None or m not in harness.DRAFT_METHODS)]
+    methods = ["ar"] + [m for m in methods if m != "ar" and (draft_name is not None or m not in DRAFT_METHODS)]
     datastore = None  # before the models: a wrong store fails in milliseconds
-    if set(methods) & set(harness.RETRIEVAL_METHODS):
+    if set(methods) & set(RETRIEVAL_METHODS):
         datastore = load_datastore(args.datastore, tokenizer, target_name, stdlib_files)
     target = load_model(target_name, dtype=args.dtype, device=args.device, what="--target")
     draft = load_model(draft_name, dtype=args.dtype, device=str(target.device), what="--draft") if draft_name else None
     eagle = (load_eagle(getattr(args, "eagle", None), target, target_name)
-             if set(methods) & set(harness.EAGLE_METHODS) else None)
-    methods = [m for m in methods if eagle is not None or m not in harness.EAGLE_METHODS]
+             if set(methods) & set(EAGLE_METHODS) else None)
+    methods = [m for m in methods if eagle is not None or m not in EAGLE_METHODS]
     runs = {}  # label -> (method, retrieval budget), in the order of `methods`
     for m in methods:
         if m == "retrieval":  # one run per budget
@@ -175,10 +176,10 @@ def evaluate(args: argparse.Namespace, target_name: str, draft_name: str | None,
     # retrieval-smart and prompt-lookup-smart share SMART's profile (its target parts; they draft nothing)
     # ... and ValuSpec's cost gate, when a profile is at hand (a planned method, or --profile)
     cost = (smart_profile(getattr(args, "profile", None), target, draft, args.batch_sizes)
-            if set(harness.PLANNED_METHODS) & set(methods) or getattr(args, "profile", None) else None)
+            if set(PLANNED_METHODS) & set(methods) or getattr(args, "profile", None) else None)
     runs, options = variant_runs(args, runs, cost)
     # eagle-smart: the head's own profile (its layer and catch-up are the head's forwards; --profile is the pair's)
-    eagle_smart = [label for label, (method, _) in runs.items() if method == harness.EAGLE_SMART]
+    eagle_smart = [label for label, (method, _) in runs.items() if method == EAGLE_SMART]
     eagle_cost = smart_profile(None, target, eagle, args.batch_sizes) if eagle_smart else None
     for label in eagle_smart:
         options[label]["cost"] = eagle_cost
