@@ -92,14 +92,15 @@ def load_prompts(name: str, count: int | None = None) -> list[str]:
 
 def smart_variant(spec: str) -> dict:
     """SmartSupplier options from a bench variant: "default", or comma-separated key=value pairs of
-    `SMART_OPTIONS` ("alpha=0.5,budget=none", "padding_aware=1", "benefit=expected")."""
+    `SMART_OPTIONS` ("alpha=0.5,budget=none", "padding_aware=1", "benefit=expected"); a bad one is a
+    ValueError naming `smart_variants` (`evaluation.EvalSettings`' list of them)."""
     if spec == "default":
         return {}
     options = {}
     for item in spec.split(","):
         key, sep, value = item.partition("=")
         if not sep or key not in SMART_OPTIONS:
-            raise ValueError(f"--smart-variants: {item!r} is not key=value with a key among {sorted(SMART_OPTIONS)}")
+            raise ValueError(f"smart_variants: {item!r} is not key=value with a key among {sorted(SMART_OPTIONS)}")
         kind = SMART_OPTIONS[key]
         try:
             if value.lower() == "none" and key == "budget":
@@ -109,7 +110,7 @@ def smart_variant(spec: str) -> dict:
             else:
                 options[key] = kind(value)
         except (KeyError, ValueError):
-            raise ValueError(f"--smart-variants: {item!r}: {value!r} is not a valid {kind.__name__}") from None
+            raise ValueError(f"smart_variants: {item!r}: {value!r} is not a valid {kind.__name__}") from None
     return options
 
 
