@@ -155,3 +155,24 @@ def test_a_prompt_too_long_for_the_model_is_left_out_quietly():
     model = SimpleNamespace(config=SimpleNamespace(get_text_config=lambda: config))
     assert fit(ids, model, 64) == [ids[0]]
     assert not [r for r in records if "sequence length is longer" in r.getMessage()]
+
+
+def test_a_method_given_too_little_names_the_parameter_and_the_cli_its_flag():
+    """Each registered method checks what it needs in order; the error names `make_supplier`'s parameter
+    (library style), and the CLI's one table turns it into the flag the user sees."""
+    from specdec.app.cli import PARAMETER_FLAGS
+    from specdec.app.cli_checks import flag_message
+    from specdec.app.harness import make_supplier
+    from specdec.app.methods import METHODS, REGISTRY
+
+    assert METHODS == tuple(REGISTRY) and METHODS[0] == "ar"
+    cases = {"chain": ({}, "draft: method 'chain' needs a draft model", "--draft"),
+             "smart": ({"draft": object()}, "cost: method 'smart' needs a cost profile of this pair", "--profile"),
+             "retrieval-smart": ({}, "datastore: method 'retrieval-smart' needs a datastore", "--datastore"),
+             "eagle-smart": ({}, "eagle: method 'eagle-smart' needs an EAGLE head", "--eagle")}
+    for method, (given, message, flag) in cases.items():
+        with pytest.raises(ValueError, match=message) as err:
+            make_supplier(method, given.get("draft"))
+        assert flag_message(str(err.value), PARAMETER_FLAGS).startswith(f"{flag}: method {method!r} needs ")
+    with pytest.raises(ValueError, match="method: 'nope' is not one of"):
+        make_supplier("nope", None)
