@@ -1,9 +1,10 @@
 """The named methods of `specdec generate --method`, `specdec bench --methods` and `specdec demo`: one
 registry, in the order the CLI lists them and the demo prints its rows.
 
-Each method says what it needs besides the target (the `Method.needs` inputs, named as `build`'s
-parameters: a draft model, an EAGLE head, a retrieval datastore, a cost profile) and builds its supplier
-from them. ValuSpec is not a method: it filters any method's trees (`specdec.valuspec`).
+Each method says what it needs besides the target (`Method.needs`: fields of `Inputs`, named as
+`harness.make_supplier`'s parameters: a draft model, an EAGLE head, a retrieval datastore, a cost
+profile) and builds its supplier from them. ValuSpec is not a method: it filters any method's trees
+(`specdec.valuspec`).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from ..profiling import Profile
 from ..suppliers import (ARSupplier, DraftSupplier, EagleSupplier, PromptLookupSupplier, RetrievalSupplier, SmartSupplier,
                          Supplier)
 
-__all__ = ["DRAFT_METHODS", "EAGLE_METHODS", "EAGLE_SMART", "INPUTS", "METHODS", "PLANNED_METHODS", "REGISTRY",
-           "RETRIEVAL_METHODS", "Inputs", "Method", "names"]
+__all__ = ["DRAFT_METHODS", "EAGLE_METHODS", "EAGLE_SMART", "INPUT_DESCRIPTIONS", "METHODS", "PLANNED_METHODS",
+           "REGISTRY", "RETRIEVAL_METHODS", "Inputs", "Method", "names"]
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class Inputs:
 
 
 # What each input is, in a method's error when it is missing ("draft: method 'chain' needs a draft model").
-INPUTS = {"draft": "a draft model", "eagle": "an EAGLE head trained for the target",
+INPUT_DESCRIPTIONS = {"draft": "a draft model", "eagle": "an EAGLE head trained for the target",
           "datastore": "a datastore built with the target's tokenizer (specdec datastore build)",
           "cost": "a cost profile"}
 
@@ -63,7 +64,7 @@ class Method:
         """The error naming the first input this method needs and `inputs` lacks (None: all there)."""
         for need in self.needs:
             if getattr(inputs, need) is None:
-                what = INPUTS[need] + (f" of {self.profiled}" if need == "cost" else "")
+                what = INPUT_DESCRIPTIONS[need] + (f" of {self.profiled}" if need == "cost" else "")
                 return ValueError(f"{need}: method {self.name!r} needs {what}")
         return None
 
