@@ -34,7 +34,7 @@ from conftest import measure
 pytest.importorskip("pydivsufsort")  # the GPU image lacks it: skip there rather than fail the stage
 
 from specdec.datastore import Datastore
-from specdec.models import load_tokenizer
+from specdec.app.models import load_tokenizer
 from specdec.records import cache_dir, require_extra
 from specdec.state import DecodeState
 from specdec.suppliers import RetrievalSupplier

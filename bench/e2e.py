@@ -8,7 +8,7 @@ results.csv (device, dtype, commit, versions on every row) and plots. See `specd
 
 import sys
 
-from specdec.cli import main
+from specdec.app.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["bench", *sys.argv[1:]]))

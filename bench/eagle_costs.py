@@ -22,7 +22,7 @@ import torch
 
 import specdec
 from specdec.attention import install, prefill, tree_forward
-from specdec.models import load_model
+from specdec.app.models import load_model
 from specdec.records import provenance
 from specdec.state import DecodeState
 from specdec.suppliers.base import root_only
@@ -132,7 +132,7 @@ def main() -> None:
     args = parser.parse_args()
     target = load_model("demo-target", device=args.device)
     draft = load_model("demo-draft", device=str(target.device))
-    head = specdec.EagleHead.from_pretrained(specdec.models.resolve_name("demo-eagle"), target)
+    head = specdec.EagleHead.from_pretrained(specdec.app.models.resolve_name("demo-eagle"), target)
     rows = [measure(target, draft, head, B, args.context, args.repeats) for B in args.batch_sizes]
     for r in rows:
         print(f"batch {r['batch_size']:>2}: " + ", ".join(f"{k} {v['median_ms']:.3f} ms" for k, v in r.items()

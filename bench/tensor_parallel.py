@@ -47,8 +47,8 @@ def make_random_model(path: Path) -> None:
 
 def prompts(model: str, count: int) -> list[list[int]]:
     if model == "demo":
-        from specdec.harness import load_prompts
-        from specdec.models import load_tokenizer
+        from specdec.app.harness import load_prompts
+        from specdec.app.models import load_tokenizer
 
         tokenizer = load_tokenizer("demo-target")
         return [tokenizer(p).input_ids for p in load_prompts("humaneval", count)]
@@ -59,7 +59,7 @@ def prompts(model: str, count: int) -> list[list[int]]:
 def run(args: argparse.Namespace) -> None:
     """One configuration (this process, or each rank of a torchrun launch): rows to `args.rows` (rank 0)."""
     import specdec
-    from specdec.models import load_model
+    from specdec.app.models import load_model
     from specdec.records import provenance
 
     tp = int(os.environ.get("WORLD_SIZE", "1")) > 1

@@ -51,11 +51,11 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from specdec import harness
+from specdec.app import harness
+from specdec.app.evaluation import AUTO_PROFILE, load_eagle
+from specdec.app.models import DTYPES, load_model, load_tokenizer
 from specdec.calibration import DEFAULT_DELTA, DEFAULT_WINDOW, Calibration, calibrate
-from specdec.evaluation import AUTO_PROFILE, load_eagle
 from specdec.datastore import Datastore, stdlib_datastore
-from specdec.models import DTYPES, load_model, load_tokenizer
 from specdec.profiling import cached_profile
 from specdec.records import provenance
 from specdec.valuspec import FixedThresholdFilter, ValuSpecFilter

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_demo_pair import corpus, read  # noqa: E402  (the demo pair's own train/held-out split)
 
 import specdec  # noqa: E402
-from specdec.models import cache_dir, load_model, load_tokenizer  # noqa: E402
+from specdec.app.models import cache_dir, load_model, load_tokenizer  # noqa: E402
 from specdec.training import (TrainSettings, greedy_sequences, target_batch, token_stream, train_eagle,  # noqa: E402
                               ttt_logits, ttt_losses)
 

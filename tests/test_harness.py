@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec.harness import MethodResult, compare_to_ar, encode, first_difference, fit
+from specdec.app.harness import MethodResult, compare_to_ar, encode, first_difference, fit
 
 
 def result(method: str, tps: float) -> MethodResult:
@@ -46,7 +46,7 @@ def test_speedup_by_round_pairs_each_round_with_ars():
 def test_paired_speedup_is_the_median_of_same_slot_ratios():
     """Each (round, batch) slot pairs the run with AR on the same batch back to back; the median ignores a
     slot a stall hit, where best-of would compare each method's luckiest slot."""
-    from specdec.harness import paired_speedup
+    from specdec.app.harness import paired_speedup
 
     ar, tree = result("ar", 10.0), result("tree", 10.0)
     ar.batch_tokens, tree.batch_tokens = [8, 4], [8, 4]
@@ -68,7 +68,7 @@ def test_interleaved_runs_rotate_their_order_and_keep_every_slot(monkeypatch):
 
     import specdec
     from conftest import make_model
-    from specdec import harness
+    from specdec.app import harness
     from specdec.planner import PlanStats
 
     target = make_model("llama")
@@ -114,7 +114,7 @@ def test_run_method_repeats_keep_the_fastest_run_and_the_first_outputs():
 
     import specdec
     from conftest import make_model
-    from specdec.harness import run_method
+    from specdec.app.harness import run_method
 
     target = make_model("llama")
     prompts = [[5, 6, 7, 8], [9, 10, 11]]
@@ -136,7 +136,7 @@ def test_a_prompt_too_long_for_the_model_is_left_out_quietly():
     import logging
     from types import SimpleNamespace
 
-    from specdec.models import load_tokenizer
+    from specdec.app.models import load_tokenizer
 
     tokenizer = load_tokenizer("demo-target")
     tokenizer.deprecation_warnings.pop("sequence-length-is-longer-than-the-specified-maximum", None)  # once only
@@ -155,3 +155,24 @@ def test_a_prompt_too_long_for_the_model_is_left_out_quietly():
     model = SimpleNamespace(config=SimpleNamespace(get_text_config=lambda: config))
     assert fit(ids, model, 64) == [ids[0]]
     assert not [r for r in records if "sequence length is longer" in r.getMessage()]
+
+
+def test_a_method_given_too_little_names_the_parameter_and_the_cli_its_flag():
+    """Each registered method checks what it needs in order; the error names `make_supplier`'s parameter
+    (library style), and the CLI's one table turns it into the flag the user sees."""
+    from specdec.app.cli import PARAMETER_FLAGS
+    from specdec.app.cli_checks import flag_message
+    from specdec.app.harness import make_supplier
+    from specdec.app.methods import METHODS, REGISTRY
+
+    assert METHODS == tuple(REGISTRY) and METHODS[0] == "ar"
+    cases = {"chain": ({}, "draft: method 'chain' needs a draft model", "--draft"),
+             "smart": ({"draft": object()}, "cost: method 'smart' needs a cost profile of this pair", "--profile"),
+             "retrieval-smart": ({}, "datastore: method 'retrieval-smart' needs a datastore", "--datastore"),
+             "eagle-smart": ({}, "eagle: method 'eagle-smart' needs an EAGLE head", "--eagle")}
+    for method, (given, message, flag) in cases.items():
+        with pytest.raises(ValueError, match=message) as err:
+            make_supplier(method, given.get("draft"))
+        assert flag_message(str(err.value), PARAMETER_FLAGS).startswith(f"{flag}: method {method!r} needs ")
+    with pytest.raises(ValueError, match="method: 'nope' is not one of"):
+        make_supplier("nope", None)

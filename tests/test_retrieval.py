@@ -16,11 +16,11 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 import specdec
 from conftest import VOCAB, ragged_prompts
-from specdec.cli import main
+from specdec.app.cli import main
 from specdec.cost import CostModel
 from specdec.datastore import Datastore, Match
 from specdec.demo_pair import pair_path
-from specdec.models import load_tokenizer
+from specdec.app.models import load_tokenizer
 from specdec.state import DecodeState
 from specdec.records import device_name
 from specdec.planner import StepPlanner

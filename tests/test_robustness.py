@@ -26,10 +26,10 @@ from conftest import VOCAB, make_model, perturbed, ragged_prompts
 from specdec import calibration as calibration_module
 from specdec import profiling
 from specdec.profiling import FORMAT_VERSION
-from specdec.cli import main
+from specdec.app.cli import main
 from specdec.cost import CostModel
 from specdec.datastore import Datastore, stdlib_datastore
-from specdec.models import load_tokenizer
+from specdec.app.models import load_tokenizer
 from specdec.sampling import Sampling
 from specdec.state import DecodeState
 from test_cli import saved  # noqa: F401  (the fixture: a tiny Llama pair and a word-level tokenizer on disk)
@@ -493,7 +493,7 @@ def test_profile_cache_is_keyed_by_content(tmp_path, monkeypatch, saved):  # noq
     assert len(calls) == 4
     folder = tmp_path / "model"  # retrained in place: same path, new weights
     shutil.copytree(saved[0] / "target", folder)
-    from specdec.models import load_model
+    from specdec.app.models import load_model
     profiling.cached_profile(load_model(str(folder), device="cpu"), **settings)
     perturbed(load_model(str(folder), device="cpu")).save_pretrained(folder)
     profiling.cached_profile(load_model(str(folder), device="cpu"), **settings)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 import test_cli
-from specdec.cli import main
+from specdec.app.cli import main
 
 saved = test_cli.saved  # the module-scoped fixture: a tiny saved target, draft and tokenizer
 

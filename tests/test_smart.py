@@ -219,12 +219,12 @@ def test_reprofile_measures_a_batch_size_outside_the_profile():
 
 
 def test_bench_variants_parse_and_fit_batch_pins_the_cost_model():
-    from specdec.harness import make_supplier, smart_variant
+    from specdec.app.harness import make_supplier, smart_variant
 
     assert smart_variant("default") == {}
     assert smart_variant("alpha=0.5,budget=none,padding_aware=1,planner=0") == {
         "alpha": 0.5, "budget": None, "padding_aware": True, "planner": False}
-    with pytest.raises(ValueError, match="--smart-variants: 'alpha=x': 'x' is not a valid float"):
+    with pytest.raises(ValueError, match="smart_variants: 'alpha=x': 'x' is not a valid float"):
         smart_variant("alpha=x")
     prof = synthetic_profile(batch_sizes=(1, 4), scales=(1.0, 2.0))
     sup = make_supplier("smart", make_model("llama"), cost=prof, smart=smart_variant("fit_batch=1,probe_every=8"))

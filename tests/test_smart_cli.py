@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from specdec import SmartSupplier, harness
-from specdec.cli import TREE_TOPK, main
+from specdec import SmartSupplier
+from specdec.app import harness
+from specdec.app.cli import TREE_TOPK, main
 from specdec.cost import CostModel
 from specdec.profiling import Profile
 from test_cli import generate_matches_hf, saved  # noqa: F401  (the fixture: a tiny Llama pair and tokenizer saved to disk)

@@ -16,7 +16,7 @@ from conftest import VOCAB, make_model, perturbed, ragged_prompts
 from transformers import AutoModelForCausalLM
 
 import specdec
-from specdec.cli import main
+from specdec.app.cli import main
 
 pytestmark = [pytest.mark.dist, pytest.mark.hf]
 
@@ -151,7 +151,7 @@ def test_cli_generate_tensor_parallel_prints_what_one_process_prints(capsys):
     assert main(args) == 0
     single = json.loads(capsys.readouterr().out)["results"]
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={WORLD}",
-                          f"--master_port={_free_port()}", "-m", "specdec.cli", *args, "--tensor-parallel"],
+                          f"--master_port={_free_port()}", "-m", "specdec.app.cli", *args, "--tensor-parallel"],
                          env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-8000:]
     assert json.loads(run.stdout)["results"] == single  # rank 0 alone prints

@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM
 
 import specdec
 from conftest import VOCAB, make_model, perturbed, ragged_prompts
-from specdec.cli import main
+from specdec.app.cli import main
 from specdec.calibration import Calibration, calibrate, threshold
 from specdec.tree import TreeBatch
 from specdec.valuspec import BranchScorer, FixedThresholdFilter, ValuSpecFilter, keep_branches

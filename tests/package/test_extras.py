@@ -41,7 +41,7 @@ def test_datastore_build_without_pydivsufsort(monkeypatch, tmp_path):
 
 def test_plots_and_humaneval_without_their_extras(monkeypatch, tmp_path):
     from specdec.cost import plot_fits
-    from specdec.harness import load_prompts
+    from specdec.app.harness import load_prompts
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(ImportError, match=EXTRA_MESSAGE.format(extra="plot")):

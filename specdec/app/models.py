@@ -13,7 +13,7 @@ import torch
 from transformers import (AutoModelForCausalLM, AutoTokenizer, DistributedConfig, PreTrainedModel,
                           PreTrainedTokenizerBase)
 
-from .records import cache_dir  # re-exported: specdec.models.cache_dir predates specdec.records
+from ..records import cache_dir  # also exported here: the folder smollm2_path converts into
 
 __all__ = ["DTYPES", "cache_dir", "load_model", "load_tokenizer", "one_line", "resolve_device", "resolve_name",
            "smollm2_path"]
@@ -136,7 +136,7 @@ def resolve_name(name: str, what: str = "model") -> str:
     path nor a hub id that can be fetched is a ValueError naming `what` at once (transformers would read a
     missing relative path as a hub id and retry the network for about a minute before saying so)."""
     if name in ("demo-target", "demo-draft", "demo-eagle"):
-        from .demo_pair import pair_path
+        from ..demo_pair import pair_path
 
         return str(pair_path(name.removeprefix("demo-")))
     if name == "smollm2":

@@ -19,31 +19,24 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .cost import CostModel
-from .datastore import Datastore
-from .eagle import EagleHead
-from .generate import SpeculativeGenerator, Stats, TreeFilter
-from .profiling import Profile
-from .records import provenance, require_extra
-from .sampling import GREEDY, Sampling
-from .suppliers import (ARSupplier, DraftSupplier, EagleSupplier, PromptLookupSupplier, RetrievalSupplier, SmartSupplier,
-                        Supplier)
+from ..cost import CostModel
+from ..datastore import Datastore
+from ..eagle import EagleHead
+from ..generate import SpeculativeGenerator, Stats, TreeFilter
+from ..profiling import Profile
+from ..records import provenance, require_extra
+from ..sampling import GREEDY, Sampling
+from ..suppliers import Supplier
+from .methods import METHODS, REGISTRY, Inputs
 
 __all__ = ["METHODS", "PROMPT_SETS", "MethodResult", "Run", "environment", "load_prompts", "make_supplier",
            "smart_variant", "run_method", "run_interleaved", "compare_to_ar", "paired_speedup", "plot_results"]
 
-METHODS = ("ar", "chain", "tree", "prompt-lookup", "prompt-lookup-smart", "smart", "retrieval", "retrieval-smart",
-           "eagle", "eagle-chain", "eagle-smart")
-RETRIEVAL_METHODS = ("retrieval", "retrieval-smart")  # need a datastore; retrieval-smart also a cost profile
-DRAFT_METHODS = ("chain", "tree", "smart")
-EAGLE_METHODS = ("eagle", "eagle-chain", "eagle-smart")  # need an EAGLE head for the target (--eagle)
 # SmartSupplier options a bench variant may set ("alpha=0.5,budget=64"; "default" sets none).
 SMART_OPTIONS = {"alpha": float, "budget": int, "benefit": str, "topk": int, "frontier": int, "max_depth": int,
                  "padding_aware": bool, "early_stop": bool, "planner": bool, "online": bool, "margin": float,
                  "probe_every": int, "reprofile": bool, "realise": bool,
                  "fit_batch": int}  # fit_batch=b: the cost model of batch b at every batch size (online-cost experiments)
-PLANNED_METHODS = ("smart", "retrieval-smart", "prompt-lookup-smart")  # need a cost profile of the pair
-EAGLE_SMART = "eagle-smart"  # SMART over the EAGLE head: needs a profile taken with the head
 PROMPT_SETS = ("humaneval", "spec_bench")
 
 
@@ -82,14 +75,15 @@ def load_prompts(name: str, count: int | None = None) -> list[str]:
 
 def smart_variant(spec: str) -> dict:
     """SmartSupplier options from a bench variant: "default", or comma-separated key=value pairs of
-    `SMART_OPTIONS` ("alpha=0.5,budget=none", "padding_aware=1", "benefit=expected")."""
+    `SMART_OPTIONS` ("alpha=0.5,budget=none", "padding_aware=1", "benefit=expected"); a bad one is a
+    ValueError naming `smart_variants` (`evaluation.EvalSettings`' list of them)."""
     if spec == "default":
         return {}
     options = {}
     for item in spec.split(","):
         key, sep, value = item.partition("=")
         if not sep or key not in SMART_OPTIONS:
-            raise ValueError(f"--smart-variants: {item!r} is not key=value with a key among {sorted(SMART_OPTIONS)}")
+            raise ValueError(f"smart_variants: {item!r} is not key=value with a key among {sorted(SMART_OPTIONS)}")
         kind = SMART_OPTIONS[key]
         try:
             if value.lower() == "none" and key == "budget":
@@ -99,7 +93,7 @@ def smart_variant(spec: str) -> dict:
             else:
                 options[key] = kind(value)
         except (KeyError, ValueError):
-            raise ValueError(f"--smart-variants: {item!r}: {value!r} is not a valid {kind.__name__}") from None
+            raise ValueError(f"smart_variants: {item!r}: {value!r} is not a valid {kind.__name__}") from None
     return options
 
 
@@ -107,56 +101,21 @@ def make_supplier(method: str, draft: PreTrainedModel | None, *, depth: int = 5,
                   total_tokens: int = 32, datastore: Datastore | None = None, budget: int = 64,
                   cost: Profile | CostModel | None = None, smart: dict | None = None,
                   eagle: EagleHead | None = None, eagle_shape: tuple[int, int, int] | None = None) -> Supplier:
-    """The supplier of a method; `cost` and `smart` (SmartSupplier options) serve methods "smart" and
-    "retrieval-smart" (retrieval trees sized by SMART's rule, `budget` the cap; of `smart`, alpha and benefit);
-    `eagle` (a head loaded for the target) and `eagle_shape` ((depth, topk, total_tokens), default the
-    tree options) serve "eagle" and "eagle-chain"; "eagle-smart" is SMART over the head (`cost` profiled
-    with the head, `smart` its options)."""
-    if method == "ar":
-        return ARSupplier()
-    if method in EAGLE_METHODS:
-        if eagle is None:
-            raise ValueError(f"--eagle: method {method!r} needs an EAGLE head trained for the target")
-        if method == EAGLE_SMART:
-            if cost is None:
-                raise ValueError("--profile: method 'eagle-smart' needs a cost profile of the target with its head")
-            return _smart(eagle, cost, smart)
-        d, k, n = eagle_shape or (depth, topk, total_tokens)
-        mode = "chain" if method == "eagle-chain" else "tree"
-        return EagleSupplier(eagle, mode=mode, depth=d, topk=k, total_tokens=n)
-    if method == "prompt-lookup":
-        return PromptLookupSupplier()
-    if method == "prompt-lookup-smart":
-        if cost is None:
-            raise ValueError("--profile: method 'prompt-lookup-smart' needs a cost profile of the target (specdec profile)")
-        return PromptLookupSupplier(cost_model=cost, **{k: v for k, v in (smart or {}).items() if k in ("alpha", "benefit")})
-    if method in RETRIEVAL_METHODS:
-        if datastore is None:
-            raise ValueError(f"--datastore: method {method!r} needs a datastore built with the target's tokenizer "
-                             "(specdec datastore build)")
-        if method == "retrieval":
-            return RetrievalSupplier(datastore, budget=budget)
-        if cost is None:
-            raise ValueError("--profile: method 'retrieval-smart' needs a cost profile of the target (specdec profile)")
-        rule = {k: v for k, v in (smart or {}).items() if k in ("alpha", "benefit")}
-        return RetrievalSupplier(datastore, budget=budget, cost_model=cost, **rule)
-    if method not in DRAFT_METHODS:
+    """The supplier of a registered method (`methods.REGISTRY`); `cost` and `smart` (SmartSupplier options)
+    serve methods "smart" and "retrieval-smart" (retrieval trees sized by SMART's rule, `budget` the cap; of
+    `smart`, alpha and benefit); `eagle` (a head loaded for the target) and `eagle_shape` ((depth, topk,
+    total_tokens), default the tree options) serve "eagle" and "eagle-chain"; "eagle-smart" is SMART over
+    the head (`cost` profiled with the head, `smart` its options). ValueError naming the parameter the
+    method needs and was not given."""
+    if method not in REGISTRY:
         raise ValueError(f"method: {method!r} is not one of {METHODS}")
-    if draft is None:
-        raise ValueError(f"--draft: method {method!r} needs a draft model")
-    if method == "smart":
-        if cost is None:
-            raise ValueError("--profile: method 'smart' needs a cost profile of this pair (specdec profile)")
-        return _smart(draft, cost, smart)
-    return DraftSupplier(draft, mode=method, depth=depth, topk=topk, total_tokens=total_tokens)
-
-
-def _smart(draft: PreTrainedModel | EagleHead, cost: Profile | CostModel, smart: dict | None) -> SmartSupplier:
-    """SmartSupplier from a bench variant's options; fit_batch fits a Profile's cost model at that batch size."""
-    smart = dict(smart or {})
-    if "fit_batch" in smart:
-        cost = CostModel.fit(cost, smart.pop("fit_batch")) if isinstance(cost, Profile) else cost
-    return SmartSupplier(draft, cost, **smart)
+    inputs = Inputs(draft=draft, eagle=eagle, datastore=datastore, cost=cost, depth=depth, topk=topk,
+                    total_tokens=total_tokens, budget=budget, smart=smart, eagle_shape=eagle_shape)
+    spec = REGISTRY[method]
+    missing = spec.missing(inputs)
+    if missing is not None:
+        raise missing
+    return spec.build(inputs)
 
 
 @dataclass

@@ -18,21 +18,22 @@ import torch
 from tqdm import tqdm
 
 from . import harness
-from .calibration import DEFAULT_DELTA, DEFAULT_WINDOW, MAX_LENGTH, Calibration, calibrate
+from ..calibration import DEFAULT_DELTA, DEFAULT_WINDOW, MAX_LENGTH, Calibration, calibrate
 from .cli_checks import (TREE_COUNTS, check_bench, check_counts, check_device, check_filter_flags, check_generate,
-                         check_output_dir, check_output_file, check_profile, flag_message, flag_names,
-                         read_prompt_file, scorer_name)
-from .cost import CostModel, plot_fits
-from .datastore import HEADER, Datastore, orphaned_arrays
-from .generate import SpeculativeGenerator, Stats
-from .harness import METHODS, PROMPT_SETS
+                         check_output_dir, check_output_file, check_profile, eagle_shape, flag_message, flag_names,
+                         read_prompt_file, sampling_options, scorer_name)
+from ..cost import CostModel, plot_fits
+from ..datastore import HEADER, Datastore, orphaned_arrays
+from ..generate import SpeculativeGenerator, Stats
+from .harness import PROMPT_SETS
+from .methods import METHODS, REGISTRY
 from .models import DTYPES, load_model, load_tokenizer, one_line
-from .profiling import DEFAULT_SIZES, Profile, profile
+from ..profiling import DEFAULT_SIZES, Profile, profile
 from .cli_eagle import add_train_eagle_parser, cmd_train_eagle
-from .evaluation import (check_tokenizers, eagle_shape, evaluate, load_datastore, load_eagle, print_table,
-                         sampling_options, smart_profile)
-from .records import atomic_write_text
-from .valuspec import DEFAULT_UNIT, FixedThresholdFilter, ValuSpecFilter
+from .evaluation import (EvalSettings, check_tokenizers, evaluate, load_datastore, load_eagle, print_table,
+                         smart_profile)
+from ..records import atomic_write_text
+from ..valuspec import DEFAULT_UNIT, FixedThresholdFilter, ValuSpecFilter
 
 
 MODEL_HELP = "a local path, a hub id, demo-target / demo-draft (the embedded pair) or smollm2"
@@ -180,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--target", required=True, help=MODEL_HELP)
     gen.add_argument("--draft", help="draft model (methods chain and tree); " + MODEL_HELP)
     add_eagle_option(gen)
-    gen.add_argument("--method", choices=METHODS, default="tree")
+    gen.add_argument("--method", choices=METHODS, default="tree", help="; ".join(
+        f"{m.name}: {m.summary}" for m in REGISTRY.values()))
     prompts = gen.add_mutually_exclusive_group(required=True)
     prompts.add_argument("--prompt", action="append", help="a prompt (repeat for several)")
     prompts.add_argument("--prompts-file", type=Path, help="a text file with one prompt per line, or .jsonl "
@@ -299,10 +301,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     check_profile(args.profile)  # a bad file fails now, not after the models load
     tokenizer = load_tokenizer(args.target, "--target")
     filtering = args.valuspec is not None or args.fixed_threshold is not None
-    check_tokenizers(tokenizer, {"--draft": args.draft, "--scorer": scorer_name(args) if filtering else None})
+    check_tokenizers(tokenizer, {"draft": args.draft, "scorer": scorer_name(args) if filtering else None})
     # the datastore before the models: a wrong one fails in milliseconds
-    datastore = (load_datastore(args.datastore, tokenizer, args.target)
-                 if args.method in harness.RETRIEVAL_METHODS else None)
+    method = REGISTRY[args.method]
+    datastore = load_datastore(args.datastore, tokenizer, args.target) if "datastore" in method.needs else None
     target = load_model(args.target, dtype=args.dtype, device=args.device, tensor_parallel=args.tensor_parallel,
                         what="--target")
     draft = load_model(args.draft, dtype=args.dtype, device=str(target.device), what="--draft") if args.draft else None
@@ -310,11 +312,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
              "frontier": args.frontier, "max_depth": args.max_depth, "padding_aware": args.padding_aware,
              "planner": not args.no_planner}
     smart = {k: v for k, v in smart.items() if v is not None or k == "budget"}  # unset: the supplier's defaults
-    eagle = load_eagle(args.eagle, target, args.target) if args.method in harness.EAGLE_METHODS else None
-    drafter = eagle if args.method == harness.EAGLE_SMART else draft  # eagle-smart: --profile taken with the head
+    eagle = load_eagle(args.eagle, target, args.target) if "eagle" in method.needs else None
+    drafter = eagle if "eagle" in method.needs else draft  # eagle-smart: --profile taken with the head
+    # the profile of what drafts; a drafter the method needs and lacks is make_supplier's error
+    drafts = "draft" in method.needs or "eagle" in method.needs
     cost = (smart_profile(args.profile, target, drafter, [args.batch_size])
-            if (args.method in ("smart", harness.EAGLE_SMART) and drafter is not None)
-            or args.method in ("retrieval-smart", "prompt-lookup-smart") else None)
+            if "cost" in method.needs and (drafter is not None or not drafts) else None)
     supplier = harness.make_supplier(args.method, draft, depth=args.depth,
                                      topk=TREE_TOPK if args.topk is None else args.topk,
                                      total_tokens=args.total_tokens, datastore=datastore,
@@ -373,7 +376,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     else:
         texts = read_prompt_file("--prompts", Path(args.prompts))[:args.num_prompts]
     tokenizer = load_tokenizer(args.target, "--target")
-    check_tokenizers(tokenizer, {"--scorer": args.scorer})
+    check_tokenizers(tokenizer, {"scorer": args.scorer})
     target = load_model(args.target, dtype=args.dtype, device=args.device, what="--target")
     scorer = load_model(args.scorer, dtype=args.dtype, device=str(target.device), what="--scorer")
     # encoded here, not by calibrate(tokenizer=...): --chat wraps them, and those too long for the target's
@@ -393,23 +396,27 @@ def cmd_demo(args: argparse.Namespace) -> int:
     check_counts(args, {**TREE_COUNTS, "prompts": 1, "budget": 1})
     check_output_dir("--out", args.out)
     check_device(args)
-    if args.quick:
-        args.prompts, args.max_new_tokens = 2, 16
-    # Static tree, SMART and EAGLE (alone and under ValuSpec) at batch 1 and 4 (AR beside them for the
-    # speedups); the other methods at batch 1.
-    args.batch_sizes, args.wide_methods = [1, 4], ("ar", "tree", "smart", "eagle", "eagle-smart")
-    args.datastore, args.budgets = None, [args.budget]
-    args.eagle, args.eagle_shapes, args.eagle_chain_depths = None, [args.eagle_shape], [args.eagle_shape[0]]
+    sampling, seed = sampling_options(args)
+    # Every registered method, in the registry's order. Static tree, SMART and EAGLE (alone and under
+    # ValuSpec) at batch 1 and 4 (AR beside them for the speedups); the other methods at batch 1.
     # ValuSpec with the demo draft as scorer, on retrieval (batch 1) and EAGLE trees, calibrated on the last 3
     # HumanEval prompts (never among the evaluated ones, which come first).
-    args.valuspec_methods, args.calibration_prompts = ("retrieval", "eagle"), harness.load_prompts("humaneval")[-3:]
-    # --quick retrieves from the first 100 stdlib files (~0.5M tokens, seconds to build) instead of all (~8.6M)
-    results, env = evaluate(args, "demo-target", "demo-draft", ["humaneval"], args.prompts, list(METHODS),
-                            stdlib_files=100 if args.quick else None)
+    # --quick: 2 prompts, 16 new tokens, retrieval from the first 100 stdlib files (~0.5M tokens, seconds to
+    # build) instead of all (~8.6M)
+    settings = EvalSettings(
+        target="demo-target", draft="demo-draft", prompt_sets=("humaneval",), methods=METHODS,
+        num_prompts=2 if args.quick else args.prompts, max_new_tokens=16 if args.quick else args.max_new_tokens,
+        dtype=args.dtype, device=args.device, sampling=sampling, seed=seed,
+        batch_sizes=(1, 4), wide_methods=("ar", "tree", "smart", "eagle", "eagle-smart"),
+        depth=args.depth, topk=args.topk, total_tokens=args.total_tokens, budgets=(args.budget,),
+        stdlib_files=100 if args.quick else None, eagle_shapes=(args.eagle_shape,),
+        eagle_chain_depths=(args.eagle_shape[0],), valuspec_methods=("retrieval", "eagle"),
+        calibration_prompts=tuple(harness.load_prompts("humaneval")[-3:]))
+    results, env = evaluate(settings)
     print_table(results)
     args.out.mkdir(parents=True, exist_ok=True)
     doc = {"environment": env, "results": [r.row() for r in results],
-           "all_identical": all(r.identical_to_ar for r in results) if args.temperature == 0 else None}
+           "all_identical": all(r.identical_to_ar for r in results) if sampling.greedy else None}
     with tempfile.TemporaryDirectory(prefix=".demo-plots-", dir=args.out) as tmp:  # gone if interrupted
         plots = harness.plot_results(results, Path(tmp), f"specdec demo pair on {env['device']}")
         os.replace(plots[0], args.out / "demo.png")
@@ -418,12 +425,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if doc["all_identical"] is not False else 1  # None: sampled, draws are not compared with AR
 
 
+def bench_settings(args: argparse.Namespace, draft: str | None) -> EvalSettings:
+    """`bench`'s flags as the settings of `evaluate`."""
+    sampling, seed = sampling_options(args)
+    # ValuSpec's calibration prompts: the first set's last ones, disjoint from the evaluated first
+    # --num-prompts unless the set is that small.
+    calibration = harness.load_prompts(args.prompt_sets[0])[-args.calibration_size:] if args.valuspec_methods else []
+    return EvalSettings(
+        target=args.target, draft=draft, prompt_sets=tuple(args.prompt_sets), num_prompts=args.num_prompts,
+        methods=tuple(args.methods), batch_sizes=tuple(args.batch_sizes), max_new_tokens=args.max_new_tokens,
+        dtype=args.dtype, device=args.device, chat=args.chat, sampling=sampling, seed=seed, repeats=args.repeats,
+        control=args.control, depth=args.depth, topk=args.topk, total_tokens=args.total_tokens,
+        tree_sizes=tuple(args.tree_sizes or ()), budgets=tuple(args.budgets), datastore=args.datastore,
+        profile=args.profile, smart_variants=tuple(args.smart_variants), eagle=args.eagle,
+        eagle_shapes=tuple(args.eagle_shapes or ()), eagle_chain_depths=tuple(args.eagle_chain_depths or ()),
+        valuspec_methods=tuple(args.valuspec_methods), calibration_prompts=tuple(calibration))
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
-    draft = check_bench(args)
-    if args.valuspec_methods:
-        # The set's last prompts: disjoint from the evaluated first --num-prompts unless the set is that small.
-        args.calibration_prompts = harness.load_prompts(args.prompt_sets[0])[-args.calibration_size:]
-    results, env = evaluate(args, args.target, draft, args.prompt_sets, args.num_prompts, args.methods, args.chat)
+    results, env = evaluate(bench_settings(args, check_bench(args)))
     print_table(results)
     args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / f"{time.strftime('%Y%m%d-%H%M%S')}-e2e"
@@ -512,6 +532,14 @@ def cmd_datastore(args: argparse.Namespace) -> int:
     return 0
 
 
+# The flag of each parameter the app layer and the library name in their errors ("draft: ..." is reported
+# as "--draft: ..."); the running command's own flags (`flag_names`: a dest names its flag) come first.
+PARAMETER_FLAGS = {"target": "--target", "draft": "--draft", "scorer": "--scorer", "eagle": "--eagle",
+                   "datastore": "--datastore", "cost": "--profile", "max_new_tokens": "--max-new-tokens",
+                   "batch_sizes": "--batch-sizes", "budgets": "--budgets", "seed": "--seed",
+                   "smart_variants": "--smart-variants", "valuspec_methods": "--valuspec-methods", "out_dir": "--out"}
+
+
 COMMANDS = {"generate": cmd_generate, "demo": cmd_demo, "bench": cmd_bench, "profile": cmd_profile,
             "datastore": cmd_datastore, "calibrate": cmd_calibrate, "train-eagle": cmd_train_eagle}
 
@@ -527,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
         print("specdec: interrupted", file=sys.stderr)
         return 130
     except (ValueError, OSError) as err:  # user errors (OSError: an unreadable file, a full disk)
-        message = flag_message(one_line(err), flag_names(parser, args), {"out_dir": "out"})
+        message = flag_message(one_line(err), {**PARAMETER_FLAGS, **flag_names(parser, args)})
         print(f"specdec: error: {message}", file=sys.stderr)
         return 2
 

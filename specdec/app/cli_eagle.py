@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ._corpus import collect_documents
+from .._corpus import collect_documents
 from .models import DTYPES, load_model, load_tokenizer
-from .training import TrainSettings, train_eagle
-from .verify import vocab_size
+from ..training import TrainSettings, train_eagle
+from ..verify import vocab_size
 
 __all__ = ["add_train_eagle_parser", "cmd_train_eagle"]
 

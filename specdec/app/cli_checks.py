@@ -1,9 +1,10 @@
 """Checks the `specdec` command line runs before any work starts, and its one-line error messages.
 
 Every bad input is one line on stderr and exit status 2, naming the flag (not the Python parameter
-behind it), raised before a model loads or a measurement starts: counts, devices, input files, and
-output paths (a folder that must exist, a file that must not be a folder), so that nothing computed is
-lost to a path that cannot be written.
+behind it: `flag_message` turns the library's "parameter: ..." into "--flag: ..."), raised before a
+model loads or a measurement starts: counts, devices, input files, and output paths (a folder that must
+exist, a file that must not be a folder), so that nothing computed is lost to a path that cannot be
+written.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ import re
 from pathlib import Path
 
 from . import harness
+from .methods import DRAFT_METHODS
 from .models import resolve_device
-from .profiling import Profile
+from ..profiling import Profile
+from ..sampling import Sampling
 
 __all__ = ["TREE_COUNTS", "check_bench", "check_counts", "check_device", "check_filter_flags", "check_generate",
-           "check_output_dir", "check_output_file", "check_profile", "flag_message", "flag_names", "read_prompt_file",
-           "scorer_name"]
+           "check_output_dir", "check_output_file", "check_profile", "eagle_shape", "flag_message", "flag_names",
+           "read_prompt_file", "sampling_options", "scorer_name"]
 
 
 def flag_names(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
@@ -38,13 +41,13 @@ def flag_names(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dic
         parser, names = sub, {}
 
 
-def flag_message(message: str, flags: dict[str, str], aliases: dict[str, str] | None = None) -> str:
-    """A library message "name: ..." with the parameter replaced by its flag ("--name: ...") when the
-    command has one (`aliases` maps parameter names that differ from the flag's dest)."""
+def flag_message(message: str, flags: dict[str, str]) -> str:
+    """A library message "name: ..." with the parameter replaced by its flag ("--name: ...") when `flags`
+    (parameter -> flag) has one."""
     match = re.match(r"([a-z_]+):", message)
     if match is None:
         return message
-    name = (aliases or {}).get(match.group(1), match.group(1))
+    name = match.group(1)
     return flags[name] + message[match.end(1):] if name in flags else message
 
 
@@ -136,6 +139,27 @@ def check_profile(path: Path | None) -> None:
             raise ValueError(f"--profile: {str(err).removeprefix('profile: ')}") from None
 
 
+def eagle_shape(text: str) -> tuple[int, int, int]:
+    """"depth:topk:total_tokens" (e.g. "6:4:16") -> a tuple of three ints >= 1 (an argparse type)."""
+    parts = text.split(":")
+    try:
+        shape = tuple(int(x) for x in parts)
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"expected depth:topk:total_tokens (three ints >= 1), got {text!r}")
+    return shape  # type: ignore[return-value]
+
+
+def sampling_options(args: argparse.Namespace) -> tuple[Sampling, int | None]:
+    """The `Sampling` of --temperature, --top-k, --top-p and the --seed; ValueError naming the parameter
+    (`temperature`, `top_k`, `top_p`, `seed`), which `main` reports as its flag."""
+    sampling = Sampling(args.temperature, args.top_k, args.top_p)
+    if args.seed is not None and args.seed < 0:
+        raise ValueError(f"seed: expected an int >= 0, got {args.seed}")
+    return sampling, args.seed
+
+
 def check_device(args: argparse.Namespace) -> None:
     """--device before anything loads: a CUDA device this torch cannot reach is one line, not a traceback."""
     if not getattr(args, "tensor_parallel", False):
@@ -165,7 +189,7 @@ def check_generate(args: argparse.Namespace) -> None:
     if not args.alpha > 0:
         raise ValueError(f"--alpha: expected > 0, got {args.alpha}")
     check_device(args)
-    if args.method in harness.DRAFT_METHODS and not args.draft:
+    if args.method in DRAFT_METHODS and not args.draft:
         raise ValueError(f"--draft: method {args.method!r} needs a draft model")
 
 
