@@ -5,47 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
 
-from conftest import VOCAB, make_model, perturbed
 from specdec.cli import main
+from tests.helpers import generate_matches_hf
 
 pytestmark = pytest.mark.hf
-
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    """A tiny Llama target, a perturbed draft and a word-level tokenizer w0..w95, saved like hub checkpoints."""
-    root = tmp_path_factory.mktemp("models")
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, VOCAB)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
-    target = make_model("llama")
-    for name, model in (("target", target), ("draft", perturbed(target))):
-        model.save_pretrained(root / name)
-        tokenizer.save_pretrained(root / name)
-    return root, target, tokenizer
-
-
-PROMPTS = ["w5 w6 w7 w5 w6", "w9 w10 w11 w12 w13 w9 w10 w11 w40"]
-
-
-def generate_matches_hf(saved, capsys, options: list[str]) -> dict:
-    """`specdec generate --json` with `options` on two prompts equals HF generate; returns the JSON."""
-    root, target, tokenizer = saved
-    argv = ["generate", "--target", str(root / "target"), "--max-new-tokens", "12", "--batch-size", "2", "--device",
-            "cpu", "--json", *options]
-    for p in PROMPTS:
-        argv += ["--prompt", p]
-    assert main(argv) == 0
-    doc = json.loads(capsys.readouterr().out)
-    enc = tokenizer(PROMPTS, return_tensors="pt", padding=True, padding_side="left")
-    ref = target.generate(**enc, max_new_tokens=12, do_sample=False, pad_token_id=0)
-    want = tokenizer.batch_decode(ref[:, enc.input_ids.shape[1]:], skip_special_tokens=True)
-    assert [r["completion"] for r in doc["results"]] == want
-    return doc
 
 
 @pytest.mark.parametrize("method", ["ar", "chain", "tree", "prompt-lookup"])

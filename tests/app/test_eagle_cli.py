@@ -10,9 +10,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 import specdec
-from conftest import VOCAB
 from specdec.cli import main
-from test_eagle import eagle_target, head_tensors, write_head
+from tests.helpers import VOCAB, eagle_target, head_tensors, write_head
 
 pytestmark = pytest.mark.hf
 PROMPTS = ["w5 w6 w7 w5 w6", "w9 w10 w11 w12 w13 w9 w10 w11 w40"]

@@ -67,7 +67,7 @@ def test_interleaved_runs_rotate_their_order_and_keep_every_slot(monkeypatch):
     import torch
 
     import specdec
-    from conftest import make_model
+    from tests.helpers import make_model
     from specdec import harness
     from specdec.planner import PlanStats
 
@@ -113,7 +113,7 @@ def test_run_method_repeats_keep_the_fastest_run_and_the_first_outputs():
     import torch
 
     import specdec
-    from conftest import make_model
+    from tests.helpers import make_model
     from specdec.harness import run_method
 
     target = make_model("llama")

@@ -7,10 +7,7 @@ import json
 
 import pytest
 
-import test_cli
 from specdec.cli import main
-
-saved = test_cli.saved  # the module-scoped fixture: a tiny saved target, draft and tokenizer
 
 pytestmark = pytest.mark.hf
 

@@ -11,22 +11,12 @@ from specdec import SmartSupplier, harness
 from specdec.cli import TREE_TOPK, main
 from specdec.cost import CostModel
 from specdec.profiling import Profile
-from test_cli import generate_matches_hf, saved  # noqa: F401  (the fixture: a tiny Llama pair and tokenizer saved to disk)
+from tests.helpers import generate_matches_hf
 
 pytestmark = pytest.mark.hf
 
 
-@pytest.fixture(scope="module")
-def profiled(saved, tmp_path_factory):  # noqa: F811
-    root, _, _ = saved
-    out = tmp_path_factory.mktemp("profile")
-    assert main(["profile", "--target", str(root / "target"), "--draft", str(root / "draft"), "--batch-sizes", "1,2",
-                 "--context-len", "16", "--sizes", "1,2,4,8", "--repeats", "1", "--device", "cpu",
-                 "--out", str(out / "p.json"), "--plot", str(out / "fit.png")]) == 0
-    return out
-
-
-def test_profile_writes_a_valid_profile_and_plot(profiled, saved):  # noqa: F811
+def test_profile_writes_a_valid_profile_and_plot(profiled, saved):
     root, _, _ = saved
     prof = Profile.load(profiled / "p.json")
     assert prof.batch_sizes == (1, 2) and prof.sizes == (1, 2, 4, 8) and prof.context_len == 16
@@ -36,7 +26,7 @@ def test_profile_writes_a_valid_profile_and_plot(profiled, saved):  # noqa: F811
 
 
 @pytest.mark.parametrize("extra", [[], ["--alpha", "1.0", "--benefit", "expected", "--budget", "6", "--padding-aware"]])
-def test_generate_smart_matches_hf_generate(saved, profiled, capsys, extra):  # noqa: F811
+def test_generate_smart_matches_hf_generate(saved, profiled, capsys, extra):
     root = saved[0]
     doc = generate_matches_hf(saved, capsys, ["--draft", str(root / "draft"), "--method", "smart", "--profile",
                                               str(profiled / "p.json"), "--topk", "3", "--frontier", "2",
@@ -46,7 +36,7 @@ def test_generate_smart_matches_hf_generate(saved, profiled, capsys, extra):  # 
 
 
 @pytest.mark.parametrize("given", [False, True])
-def test_generate_smart_keeps_the_suppliers_tree_shape_unless_given(saved, profiled, capsys, monkeypatch, given):  # noqa: F811
+def test_generate_smart_keeps_the_suppliers_tree_shape_unless_given(saved, profiled, capsys, monkeypatch, given):
     """Without --topk / --frontier, `generate --method smart` builds SmartSupplier with its own defaults (the
     tree methods' --topk of 4 is not SMART's); given, they reach it; the static tree still gets 4."""
     built = []
@@ -69,7 +59,7 @@ def test_generate_smart_keeps_the_suppliers_tree_shape_unless_given(saved, profi
     (["--method", "ar", "--prompts-file", "{root}/none.txt"], "--prompts-file: no file at"),
     (["--method", "ar", "--target", "{root}/no-such-model"], "--target: no checkpoint at"),
 ])
-def test_user_errors_are_one_line(saved, capsys, args, message):  # noqa: F811
+def test_user_errors_are_one_line(saved, capsys, args, message):
     root, _, _ = saved
     args = [a.format(root=root) for a in args]
     argv = ["generate", "--target", str(root / "target"), "--device", "cpu"] + args
@@ -81,7 +71,7 @@ def test_user_errors_are_one_line(saved, capsys, args, message):  # noqa: F811
     assert "Traceback" not in err and err.count("specdec: error") == 1
 
 
-def test_bench_runs_tree_sizes_and_smart_variants(saved, profiled, tmp_path):  # noqa: F811
+def test_bench_runs_tree_sizes_and_smart_variants(saved, profiled, tmp_path):
     root, _, _ = saved
     assert main(["bench", "--target", str(root / "target"), "--draft", str(root / "draft"), "--num-prompts", "2",
                  "--batch-sizes", "1", "2", "--max-new-tokens", "6", "--methods", "ar", "tree", "smart",
@@ -100,7 +90,7 @@ def test_bench_runs_tree_sizes_and_smart_variants(saved, profiled, tmp_path):  #
         main(["bench", "--methods", "smartest"])
 
 
-def test_bench_control_runs_ar_again_beside_it(saved, tmp_path):  # noqa: F811
+def test_bench_control_runs_ar_again_beside_it(saved, tmp_path):
     """--control adds ar-control: AR measured a second time, right after AR in each round, so its speedup
     over AR (every round's own ratio too) is the cell's noise floor; its output is AR's."""
     root, _, _ = saved
@@ -123,7 +113,7 @@ def test_bench_control_runs_ar_again_beside_it(saved, tmp_path):  # noqa: F811
         assert r["round_seconds"] != a["round_seconds"]  # timed on its own, not a copy of AR's row
 
 
-def test_bench_rejects_a_bad_variant(saved, profiled, capsys, tmp_path):  # noqa: F811
+def test_bench_rejects_a_bad_variant(saved, profiled, capsys, tmp_path):
     root, _, _ = saved
     assert main(["bench", "--target", str(root / "target"), "--draft", str(root / "draft"), "--num-prompts", "1",
                  "--batch-sizes", "1", "--max-new-tokens", "2", "--methods", "smart", "--smart-variants", "alpha",

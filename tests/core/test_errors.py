@@ -2,61 +2,16 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 import specdec
-from conftest import make_model, ragged_prompts
-from specdec import TreeBatch, TreeVerifier
+from tests.helpers import make_model, ragged_prompts
 
 
 @pytest.fixture(scope="module")
 def target():
     return make_model("llama")
-
-
-def prefilled(target, capacity=32):
-    verifier = TreeVerifier(target)
-    ids, mask = ragged_prompts([5, 7])
-    cache = verifier.new_cache(2, capacity)
-    verifier.prefill(cache, ids[:, :-1], (mask == 0).sum(1))
-    return verifier, cache, ids[:, -1]
-
-
-@pytest.mark.parametrize("tokens, parents, nodes, match", [
-    ([[9, 4, 5], [9, 4, 5]], [[-1, 2, 0], [-1, 0, 0]], None, "parents: row 0 node 1 has parent 2"),
-    ([[9, 4, 4], [9, 4, 5]], [[-1, 0, 0], [-1, 0, 0]], None, "tokens: row 0 nodes 1 and 2 are siblings"),
-    ([[9, 4, 5], [9, 4, 500]], [[-1, 0, 0], [-1, 0, 0]], None, "tokens: row 1 node 2 holds id 500"),
-    ([[9, 4, 5], [9, 4, 5]], [[-1, 0, 0], [-1, 0, 0]], [3, 4], "num_nodes: row 1 has 4 nodes"),
-])
-def test_invalid_tree_leaves_cache_untouched(target, tokens, parents, nodes, match):
-    verifier, cache, root = prefilled(target)
-    before = cache.host_length.copy()
-    keys = cache.layers[0].keys.clone()
-    tree = TreeBatch(torch.tensor(tokens), torch.tensor(parents),
-                     torch.tensor(nodes if nodes else [3, 3]))
-    with pytest.raises(ValueError, match=match):
-        verifier.verify(tree, cache)
-    assert np.array_equal(cache.host_length, before) and torch.equal(cache.layers[0].keys, keys)
-    ok = TreeBatch.from_parents(torch.stack([root, root], 1), [[-1, 0]] * 2)
-    assert verifier.verify(ok, cache).num_accepted.shape == (2,)  # still usable
-
-
-def test_tree_larger_than_free_capacity(target):
-    verifier, cache, root = prefilled(target, capacity=12)  # 6 slots used by the longest row
-    chain = TreeBatch.from_parents(torch.stack([root] + [torch.full_like(root, t) for t in range(3, 10)], 1),
-                                   [list(range(-1, 7))] * 2)
-    keys = cache.layers[1].keys.clone()
-    with pytest.raises(ValueError, match="tree: 8 nodes do not fit in the cache"):
-        verifier.verify(chain, cache)
-    assert torch.equal(cache.layers[1].keys, keys) and cache.tree_len == 0
-
-
-def test_tree_and_cache_batch_mismatch(target):
-    verifier, cache, root = prefilled(target)
-    with pytest.raises(ValueError, match="tree: batch of 1 rows, the cache holds 2"):
-        verifier.verify(TreeBatch.from_parents([[5]], [[-1]]), cache)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -86,12 +41,6 @@ def test_prompt_longer_than_positions(target):
     gen = specdec.SpeculativeGenerator(target, specdec.ARSupplier())
     with pytest.raises(ValueError, match="max_new_tokens: a 300-token prompt"):
         gen.generate(torch.full((1, 300), 5), max_new_tokens=1)
-
-
-def test_temperature(target):
-    assert TreeVerifier(target, temperature=0.7).temperature == 0.7  # sampling: tests/test_sampling.py
-    with pytest.raises(ValueError, match="temperature: expected a finite number >= 0"):
-        TreeVerifier(target, temperature=-1.0)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -125,11 +74,3 @@ def test_draft_on_another_device(target):
     draft = make_model("llama").to("meta")
     with pytest.raises(ValueError, match="draft: on meta, the target on cpu"):
         specdec.SpeculativeGenerator(target, specdec.DraftSupplier(draft))
-
-
-def test_tree_on_another_device_than_the_cache(target):
-    verifier, cache, root = prefilled(target)
-    tree = TreeBatch(torch.zeros(2, 1, dtype=torch.int64, device="meta"), torch.full((2, 1), -1, device="meta"),
-                     torch.ones(2, dtype=torch.int64, device="meta"))
-    with pytest.raises(ValueError, match="tree: on meta, the cache on cpu"):
-        verifier.verify(tree, cache)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import specdec
-from conftest import ARCHS, make_model, perturbed, ragged_prompts
+from tests.helpers import ARCHS, make_model, perturbed, ragged_prompts, reference
 
 METHODS = ["ar", "chain", "tree", "prompt_lookup"]
 
@@ -19,17 +19,6 @@ def supplier_for(method: str, draft):
     if method == "tree":
         return specdec.DraftSupplier(draft, mode="tree", depth=4, topk=3, total_tokens=10)
     return specdec.PromptLookupSupplier(max_ngram=3, num_pred=5, max_matches=3)
-
-
-def reference(target, ids, mask, max_new_tokens, eos):
-    return target.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
-                           eos_token_id=eos, pad_token_id=0)
-
-
-@pytest.fixture(scope="module", params=sorted(ARCHS))
-def models(request):
-    target = make_model(request.param)
-    return request.param, target, perturbed(target)
 
 
 @pytest.mark.hf
@@ -73,17 +62,6 @@ def test_identity_eos_mid_batch(models, method):
 
 
 @pytest.mark.hf
-def test_max_new_tokens_never_exceeded():
-    target = make_model("llama")
-    ids, mask = ragged_prompts([6, 9])
-    gen = specdec.SpeculativeGenerator(target, specdec.DraftSupplier(target, mode="chain", depth=5))
-    for n in (1, 2, 3, 7):
-        out = gen.generate(ids, attention_mask=mask, max_new_tokens=n, eos_token_id=[], pad_token_id=0)
-        assert out.sequences.shape[1] == ids.shape[1] + n
-        assert torch.equal(out.sequences, reference(target, ids, mask, n, eos=None))
-
-
-@pytest.mark.hf
 def test_stats_account_for_every_token():
     target = make_model("qwen2")
     ids, mask = ragged_prompts([8, 5])
@@ -97,3 +75,19 @@ def test_stats_account_for_every_token():
     assert sum(s.accepted_histogram.values()) == len(s.accepted_lengths)
     assert all(t == 8 for t in s.tree_sizes)
     assert s.tokens_per_second > 0 and s.seconds >= sum(s.stage_seconds.values()) * 0.99
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+@pytest.mark.parametrize("backend", ["torch", "sdpa"])
+def test_identity_with_backend_forced(arch, backend):
+    """The identity grid's two shapes (plain decoding, a draft tree) on a ragged batch, each backend forced."""
+    target = make_model(arch)
+    ids, mask = ragged_prompts([5, 11, 8])
+    ref = target.generate(ids, attention_mask=mask, max_new_tokens=16, do_sample=False, pad_token_id=0)
+    for supplier in (specdec.ARSupplier(),
+                     specdec.DraftSupplier(perturbed(target), mode="tree", depth=4, topk=3, total_tokens=10,
+                                           backend=backend)):
+        gen = specdec.SpeculativeGenerator(target, supplier, backend=backend)
+        out = gen.generate(ids, attention_mask=mask, max_new_tokens=16, pad_token_id=0)  # the model's EOS applies to both
+        assert torch.equal(out.sequences, ref), f"{arch}/{backend}/{type(supplier).__name__}"

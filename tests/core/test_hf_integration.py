@@ -7,9 +7,9 @@ import copy
 import pytest
 import torch
 
-from conftest import ARCHS, make_model, ragged_prompts
 from specdec import TreeBatch, TreeVerifier
 from specdec.attention import _cache_keyword, install, tree_forward
+from tests.helpers import ARCHS, make_model, ragged_prompts
 
 pytestmark = pytest.mark.hf
 

@@ -4,8 +4,6 @@ against the target's exact distribution for every supplier kind, with top-k/top-
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -13,20 +11,15 @@ from scipy.stats import chisquare
 from transformers import GenerationConfig
 
 import specdec
-from conftest import make_model, make_tree
 from specdec.sampling import Sampling, accept_predicted, check_generator, sample, sample_accept
 from specdec.state import DecodeState
-from specdec.suppliers.base import Supplier
 from specdec.tree import TreeBatch
 from specdec.valuspec import compact
 from specdec.verify import greedy_accept
-from test_smart import MODERATE, fixed_cost
-from test_valuspec import calibration
+from tests.helpers import (SAMPLE_ROWS, TINY_PROMPT, WARPS, assert_matches, draw_two_tokens, exact_two_tokens,
+                           make_model, make_tree, tiny_pair)
 
 # ------------------------------------------------------------------------------------------- the warpers
-WARPS = [Sampling(1.0), Sampling(0.7, top_k=5), Sampling(1.3, top_p=0.8), Sampling(0.9, top_k=6, top_p=0.7)]
-
-
 @pytest.mark.parametrize("s", WARPS, ids=str)
 def test_probs_are_transformers_sampling_distribution(s):
     """Sampling.probs equals softmax of the processors transformers' generate(do_sample=True) builds."""
@@ -164,120 +157,11 @@ def _distinct_siblings(tree: TreeBatch) -> tuple[torch.Tensor, torch.Tensor, tor
 
 
 # ---------------------------------------------------------------------------------------- the models
-V = 12
-TINY = dict(vocab_size=V, hidden_size=32, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-            num_key_value_heads=1)
-PROMPT = [5, 7, 5]  # prompt lookup finds "5 -> 7" in it
-
-
-def spread(model, scale):
-    """Rescale the LM head so that distributions are neither flat nor one-hot (chi-square needs both)."""
-    with torch.no_grad():
-        model.lm_head.weight.mul_(scale)
-    return model
-
-
-def tiny_pair():
-    target = spread(make_model("llama", seed=3, **TINY), 0.4)
-    draft = spread(make_model("llama", seed=4, **TINY), 0.4)  # unrelated: many rejections
-    return target, draft
-
-
 @pytest.fixture(scope="module")
 def pair():
     return tiny_pair()
 
 
-def exact_two_tokens(target, s: Sampling) -> np.ndarray:
-    """[V, V] float64: the target's probability of the first two tokens after PROMPT under `s`,
-    enumerating the first token (V forwards in one batch)."""
-    ids = torch.tensor([PROMPT + [v] for v in range(V)])
-    logits = target(ids).logits.double()  # [V, 4, V]
-    first = s.probs(logits[0, 2].float()).double()
-    second = s.probs(logits[:, 3].float()).double()
-    return (first[:, None] * second).numpy()
-
-
-class SampledStar(Supplier):
-    """A test supplier that *samples* its candidates: the root's `k` children and each child's `m`
-    children are drawn without replacement (Gumbel top-k: the keys' order is the draw order) from a fixed
-    distribution q, and the tree carries q: the recursive rule with siblings, away from any model."""
-
-    def __init__(self, q: torch.Tensor, k: int = 2, m: int = 2, seed: int = 0):
-        self.q, self.k, self.m = q, k, m
-        self.gen = torch.Generator().manual_seed(seed)
-
-    def max_tree_size(self) -> int:
-        return 1 + self.k + self.k * self.m
-
-    def _draw(self, B: int, n: int) -> torch.Tensor:
-        gumbel = -torch.empty(B, V).exponential_(generator=self.gen).log()
-        return (self.q.log() + gumbel).topk(n, -1).indices  # [B, n], in draw order
-
-    def propose(self, state: DecodeState) -> TreeBatch:
-        B, k, m = state.batch_size, self.k, self.m
-        first = self._draw(B, k)
-        second = torch.stack([self._draw(B, m) for _ in range(k)], 1).flatten(1)  # [B, k*m]
-        tokens = torch.cat([state.root[:, None], first, second], 1)
-        parents = torch.tensor([-1] + [0] * k + [1 + i // m for i in range(k * m)]).expand(B, -1)
-        q = self.q.expand(B, tokens.shape[1], V)
-        return TreeBatch(tokens, parents.contiguous(), torch.full((B,), tokens.shape[1]), max_depth=2, draft_probs=q)
-
-
-def supplier(kind: str, draft, tmp_path):
-    if kind == "ar":
-        return specdec.ARSupplier()
-    if kind == "chain":
-        return specdec.DraftSupplier(draft, mode="chain", depth=2)
-    if kind == "tree":
-        return specdec.DraftSupplier(draft, mode="tree", depth=2, topk=2, total_tokens=6)
-    if kind == "smart":
-        return specdec.SmartSupplier(draft, fixed_cost(**MODERATE, batch_size=ROWS), topk=2, frontier=2, max_depth=2,
-                                     budget=6)
-    if kind == "prompt_lookup":
-        return specdec.PromptLookupSupplier(max_ngram=2, num_pred=2)
-    if kind == "retrieval":
-        docs = [np.random.default_rng(0).integers(3, V, 4000)]
-        store = specdec.Datastore.build(None, docs, tmp_path / "ds", vocab_size=V, progress=False)
-        return specdec.RetrievalSupplier(store, max_suffix=3, continuation=2, budget=6)
-    if kind == "sampled_star":
-        return SampledStar(torch.softmax(torch.randn(V, generator=torch.Generator().manual_seed(9)) * 1.5, -1))
-    raise AssertionError(kind)
-
-
-def make_filter(kind: str | None, draft):
-    if kind is None:
-        return None
-    if kind == "fixed":
-        return specdec.FixedThresholdFilter(draft, 0.12)
-    return specdec.ValuSpecFilter(draft, calibration(math.log(0.1)))
-
-
-def draw_two_tokens(target, draft, kind, filt, s: Sampling, rows: int, tmp_path, seed: int = 0):
-    """[rows, 2] int64: the first two tokens of `rows` identical prompts in one generate call."""
-    gen = specdec.SpeculativeGenerator(target, supplier(kind, draft, tmp_path), make_filter(filt, draft))
-    ids = torch.tensor([PROMPT]).expand(rows, -1).contiguous()
-    out = gen.generate(ids, max_new_tokens=2, eos_token_id=[], pad_token_id=0, temperature=s.temperature,
-                       top_k=s.top_k, top_p=s.top_p, generator=torch.Generator().manual_seed(seed))
-    return out.sequences[:, len(PROMPT):], out.stats
-
-
-def assert_matches(draws: torch.Tensor, exact: np.ndarray, label: str) -> None:
-    """Chi-square of the [V*V] pair counts against the exact joint (cells expecting < 5 pooled); pairs
-    of probability 0 must never be drawn."""
-    counts = np.bincount((draws[:, 0] * V + draws[:, 1]).numpy(), minlength=V * V).astype(np.float64)
-    expected = exact.reshape(-1) * len(draws)
-    assert counts[expected == 0].sum() == 0, f"{label}: a pair of target probability 0 was drawn"
-    small = expected < 5
-    obs = np.append(counts[~small], counts[small].sum())
-    exp = np.append(expected[~small], expected[small].sum())
-    if exp[-1] == 0:
-        obs, exp = obs[:-1], exp[:-1]
-    p = chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
-    assert p > 1e-3, f"{label}: chi-square p = {p:.2e} over {len(draws)} draws"
-
-
-ROWS = 100_000
 # Trees of depth 2 are all the first two tokens can use. Every supplier kind and one filtered case in CI,
 # each with one of the warps (so every warp runs too); the full grid (filters on every kind) is slow.
 CI_CASES = [("ar", None, 0), ("chain", None, 1), ("tree", None, 0), ("tree", None, 2), ("smart", None, 3),
@@ -290,7 +174,7 @@ SLOW_CASES = [(k, f, w) for k in KINDS for f in (None, "fixed", "valuspec") for 
 def _check_distribution(pair, kind, filt, warp, tmp_path):
     target, draft = pair
     s = WARPS[warp]
-    draws, stats = draw_two_tokens(target, draft, kind, filt, s, ROWS, tmp_path)
+    draws, stats = draw_two_tokens(target, draft, kind, filt, s, SAMPLE_ROWS, tmp_path)
     assert_matches(draws, exact_two_tokens(target, s), f"{kind}/{filt}/{s}")
     if kind != "ar" and filt is None:
         assert stats.mean_accepted_length > 1.0  # candidates were accepted: the rules ran, not AR steps alone
@@ -314,8 +198,8 @@ def test_a_biased_rule_is_caught(pair):
     s = WARPS[0]
     sup = specdec.DraftSupplier(draft, mode="chain", depth=2)
     sup.attach(target)
-    ids = torch.tensor([PROMPT]).expand(ROWS, -1).contiguous()
-    state = DecodeState.begin(ids, torch.zeros(ROWS, dtype=torch.int64), max_new_tokens=2, capacity=32,
+    ids = torch.tensor([TINY_PROMPT]).expand(SAMPLE_ROWS, -1).contiguous()
+    state = DecodeState.begin(ids, torch.zeros(SAMPLE_ROWS, dtype=torch.int64), max_new_tokens=2, capacity=32,
                               eos_token_ids=[], pad_token_id=0, sampling=s, generator=torch.Generator().manual_seed(0))
     sup.start(state)
     with pytest.raises(AssertionError, match="chi-square"):
@@ -337,7 +221,7 @@ def test_seeded_runs_repeat(pair, kind, tmp_path):
 def test_temperature_zero_is_greedy(pair):
     """temperature 0 ignores top_k/top_p and the generator: the greedy output, equal to generate()."""
     target, draft = pair
-    ids = torch.tensor([PROMPT, [9, 4, 6]])
+    ids = torch.tensor([TINY_PROMPT, [9, 4, 6]])
     ref = target.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=None, pad_token_id=0)
     gen = specdec.SpeculativeGenerator(target, specdec.DraftSupplier(draft, mode="chain", depth=3))
     out = gen.generate(ids, max_new_tokens=6, eos_token_id=[], pad_token_id=0, temperature=0.0, top_k=3,

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import VOCAB, make_model, perturbed, ragged_prompts
 from transformers import AutoModelForCausalLM
 
 import specdec
 from specdec.cli import main
+from tests.helpers import ROOT, VOCAB, make_model, perturbed, ragged_prompts
 
 pytestmark = [pytest.mark.dist, pytest.mark.hf]
 
@@ -78,7 +78,7 @@ def tp_results(tmp_path_factory) -> tuple[list[dict], list[dict]]:
         cases = _cases(root)
     (root / "cases.json").write_text(json.dumps({"cases": cases, "plans": PLANS}))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
-        [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
+        [str(ROOT), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={WORLD}",
                           f"--master_port={_free_port()}", str(Path(__file__).with_name("tp_worker.py")), str(root),
                           str(root / "result")], env=env, capture_output=True, text=True, timeout=300)

@@ -7,6 +7,7 @@ import random
 import pytest
 import torch
 
+import specdec
 from specdec.tree import TreeBatch, pack_bits, prefill_mask, unpack_bits
 
 
@@ -157,3 +158,27 @@ def test_invalid_trees_raise_value_error_naming_the_argument(kwargs, match):
 def test_padding_nodes_are_not_validated():
     tree = TreeBatch.from_parents([[1, 2, 2, 2]], [[-1, 0, 9, -7]], [2], vocab_size=3)
     assert tree.depth.tolist() == [[0, 1, 0, 0]]
+
+
+@pytest.mark.parametrize("T", [1, 6, 33, 70])
+def test_chain_constructor_matches_general_derivations(T):
+    tokens = torch.randint(0, 50, (3, T))
+    num_nodes = torch.tensor([T, max(1, T // 2), 1])
+    chain = TreeBatch.chain(tokens, num_nodes)
+    general = TreeBatch(tokens, (torch.arange(T) - 1).expand(3, T).contiguous(), num_nodes)
+    assert torch.equal(chain.depth, general._depth_torch())
+    assert torch.equal(chain.ancestor_mask, general._ancestor_mask_torch())
+    assert torch.equal(chain.paths, general.paths) and chain.max_depth == T - 1
+    chain.validate()
+
+
+def test_root_only_tree_metadata():
+    tree = TreeBatch(torch.tensor([[5], [7]]), torch.full((2, 1), -1), torch.ones(2, dtype=torch.int64))
+    assert torch.equal(tree.depth, torch.zeros(2, 1, dtype=torch.int64))
+    assert torch.equal(tree.ancestor_mask, pack_bits(torch.ones(2, 1, 1, dtype=torch.bool)))
+
+
+def test_prompt_tree_mask_worked_example():
+    root_child = TreeBatch.from_parents([[5, 6]], [[-1, 0]]).ancestor_mask
+    mask = specdec.tree.prompt_tree_mask(torch.tensor([1]), 2, root_child)
+    assert mask[0, :, 0].tolist() == [0b0001, 0b0010, 0b0110, 0b1110]

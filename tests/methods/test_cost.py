@@ -5,60 +5,19 @@ from __future__ import annotations
 import json
 import math
 import platform
+import shutil
 
 import numpy as np
 import pytest
 import torch
 
 import specdec
-from conftest import make_model, perturbed
-from specdec.cost import MAX_FIT_ERROR, CostModel, CostsByBatch, Curve, VerifyFit, check_compatible
+from specdec import profiling
+from specdec.cost import MAX_FIT_ERROR, CostModel, CostsByBatch, Curve, check_compatible
 from specdec.ops import smart_cost
-from specdec.profiling import BACKLOGS, FORMAT_VERSION, Profile, device_name
-
-SIZES = (1, 2, 3, 4, 6, 8, 11, 16, 23, 32, 45, 64, 91, 128, 181, 256)
-TRUE = {"gamma": 4e-3, "delta": 0.05, "rho": 0.8}
-ONE_NODE = 2e-4  # the one-node forward sits below the tree curve, as a matrix-vector product does on a CPU
-
-
-def synthetic_profile(noise: float = 0.0, seed: int = 0, batch_sizes=(1,), scales=(1.0,), sizes=SIZES,
-                      **names) -> Profile:
-    """Tree times of the paper's form with known coefficients (n >= 2; n = 1 cheaper), times (1 + noise
-    N(0, 1)); scales per batch size. Draft layer 1 ms + 10 us a node, catch-up 1.5 ms + 20 us a token, the AR
-    step 0.2 ms above the one-node forward, the short context 20% cheaper."""
-    rng = np.random.default_rng(seed)
-    n = np.array(sizes, dtype=np.float64)
-    tree = TRUE["gamma"] * np.expm1(TRUE["delta"] * n ** TRUE["rho"])
-    tree[n == 1] = ONE_NODE
-    verify, context, draft, catch, ar = [], [], [], [], []
-    for s in scales:
-        v = s * tree * (1 + noise * rng.standard_normal(len(n)))
-        verify.append(tuple(v))
-        context.append(tuple(0.8 * v[[0, len(n) // 2]]))
-        draft.append(tuple(s * (1e-3 + 1e-5 * n)))
-        catch.append(tuple(s * (1.5e-3 + 2e-5 * np.array(BACKLOGS))))
-        ar.append(v[0] + 2e-4)
-    return Profile(device=names.get("device", device_name(torch.device("cpu"))), dtype="float32",
-                   target=names.get("target", "t"), draft=names.get("draft", "d"), context_len=512,
-                   batch_sizes=tuple(batch_sizes), sizes=tuple(sizes), repeats=5, verify_seconds=tuple(verify),
-                   short_context=128, context_sizes=(sizes[0], sizes[len(sizes) // 2]),
-                   context_seconds=tuple(context), ar_step_seconds=tuple(ar), draft_seconds=tuple(draft),
-                   backlogs=BACKLOGS, catch_up_seconds=tuple(catch))
-
-
-def make_cost(c0: float = 0.01, gamma: float = 2e-4, delta: float = 0.05, rho: float = 1.0, *, ar_step: float | None = None,
-              loop: float = 0.0, layer: float = 1e-3, catch_up: float = 1e-3, batch_size: int = 1) -> CostModel:
-    """A cost model with given parts (the fit is tested below): verify c0 + gamma (exp(delta n^rho) - 1) for
-    n >= 2, the one-node forward ar_step - loop (default: the curve's value at 1), flat draft parts."""
-    fit = VerifyFit("intercept", c0, gamma, delta, rho, fits={"paper": [0.0, gamma, delta, rho],
-                                                              "intercept": [c0, gamma, delta, rho]},
-                    errors={"paper": 0.1, "intercept": 0.05})
-    one = float(fit(1.0)) if ar_step is None else ar_step - loop
-    widths = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
-    points = Curve((1.0, *widths), (one, *(float(fit(n)) for n in widths)))
-    return CostModel(batch_size, 512, one + loop, loop, fit, points, True,
-                     0.0, Curve((1.0, 64.0), (layer, layer)), Curve((1.0, 64.0), (catch_up, catch_up)), "profiled",
-                     device_name(torch.device("cpu")), "float32", "", "", ())
+from specdec.profiling import BACKLOGS, FORMAT_VERSION, Profile
+from tests.helpers import (MODERATE, ONE_NODE, PROFILE_SIZES, TRUE_FIT, count_calls, fixed_cost, make_model, perturbed,
+                           synthetic_profile)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -67,7 +26,7 @@ def test_fit_recovers_known_coefficients_from_noisy_points(seed):
     c0, gamma, delta, rho = model.verify.fits["paper"]
     assert c0 == 0.0
     for name, got in (("gamma", gamma), ("delta", delta), ("rho", rho)):
-        assert got == pytest.approx(TRUE[name], rel=0.10), name
+        assert got == pytest.approx(TRUE_FIT[name], rel=0.10), name
     assert set(model.verify.errors) == {"paper", "intercept"}
     assert all(0 < e < 0.05 for e in model.verify.errors.values())
     assert model.verify.form == min(model.verify.errors, key=model.verify.errors.get)  # the lower error wins
@@ -320,7 +279,7 @@ def test_profile_argument_errors(kwargs, message):
 def test_linear_costs_survive_k2s_float32_cost_vector():
     """CPU-like tree times, linear in n: the device's C(n) must keep the verify term (float32 exp - 1)."""
     prof = synthetic_profile()
-    n = np.array(SIZES, dtype=np.float64)
+    n = np.array(PROFILE_SIZES, dtype=np.float64)
     prof = Profile(**{**prof.__dict__, "verify_seconds": (tuple(4e-3 + 1.2e-4 * n),)})
     model = CostModel.fit(prof, 1)
     assert model.verify.error < 0.02
@@ -328,3 +287,44 @@ def test_linear_costs_survive_k2s_float32_cost_vector():
     assert np.allclose(value.numpy(), model.predict(n[1:]), rtol=1e-3)
     assert np.allclose(value.numpy(), model.loop + 4e-3 + 1.2e-4 * n[1:], rtol=0.05)
     assert np.allclose(slope.numpy(), model.derivative(n[1:]), rtol=1e-3)
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize("value", ["x", None, -3])
+def test_cost_model_batch_size_is_validated(tmp_path, value):
+    model = fixed_cost(**MODERATE)
+    model.save(tmp_path / "c.json")
+    doc = json.loads((tmp_path / "c.json").read_text())
+    (tmp_path / "c.json").write_text(json.dumps({**doc, "batch_size": value}))
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        CostModel.load(tmp_path / "c.json")
+
+
+@pytest.mark.hf
+def test_profile_cache_is_keyed_by_content(tmp_path, monkeypatch, saved):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    calls = count_calls(monkeypatch, profiling, "profile")
+    settings = dict(batch_sizes=(1,), context_len=8, sizes=(1, 2, 4), repeats=1, progress=False)
+    one, two = make_model("llama", seed=0), make_model("llama", seed=1)  # two config-built models
+    profiling.cached_profile(one, **settings)
+    profiling.cached_profile(one, **settings)
+    profiling.cached_profile(two, **settings)
+    assert len(calls) == 2
+    from specdec import records
+
+    monkeypatch.setattr(records, "source_hash", lambda: "another version of the code")
+    profiling.cached_profile(one, **settings)
+    assert len(calls) == 3
+    path = next((tmp_path / "profiles").glob("*.json"))  # a damaged cache file is measured again
+    doc = json.loads(path.read_text())
+    for p in (tmp_path / "profiles").glob("*.json"):
+        p.write_text(json.dumps({**doc, "sizes": 5}))
+    profiling.cached_profile(one, **settings)
+    assert len(calls) == 4
+    folder = tmp_path / "model"  # retrained in place: same path, new weights
+    shutil.copytree(saved[0] / "target", folder)
+    from specdec.models import load_model
+    profiling.cached_profile(load_model(str(folder), device="cpu"), **settings)
+    perturbed(load_model(str(folder), device="cpu")).save_pretrained(folder)
+    profiling.cached_profile(load_model(str(folder), device="cpu"), **settings)
+    assert len(calls) == 6

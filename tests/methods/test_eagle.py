@@ -10,66 +10,16 @@ import math
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import save_file
 
 import specdec
-from conftest import make_model, ragged_prompts
 from specdec.attention import install_capture
 from specdec.state import DecodeState
 from specdec.suppliers.base import root_only
 from specdec.suppliers.eagle import EagleRunner
 from specdec.verify import PromptBlock
+from tests.helpers import EAGLE_LAYERS, eagle_target, head_tensors, ragged_prompts, write_head
 
 pytestmark = pytest.mark.hf  # loading reads configs and RoPE through transformers: both CI versions run it
-LAYERS = 7  # the default feature layers (2, L // 2, L - 3) = (2, 3, 4) are distinct
-
-
-def eagle_target(arch: str = "llama", seed: int = 0):
-    return make_model(arch, seed=seed, num_hidden_layers=LAYERS)
-
-
-def head_tensors(target, kind: str, *, draft_ids=None, aux=None, seed: int = 0, scale: float = 0.2,
-                 bias: bool = True) -> tuple[dict, dict]:
-    """(config.json, tensors) of a random head in the published layout, by name and shape only."""
-    c = target.config
-    H, V, heads, kv = c.hidden_size, c.vocab_size, c.num_attention_heads, c.num_key_value_heads
-    D = getattr(c, "head_dim", None) or H // heads
-    I = 80  # noqa: E741 (the layer's MLP width, unlike the target's)
-    gen = torch.Generator().manual_seed(seed)
-    rnd = lambda *shape: torch.randn(*shape, generator=gen) * scale  # noqa: E731
-    norm = lambda: 1 + 0.1 * torch.randn(H, generator=gen)  # noqa: E731
-    width = 2 * H if kind == "eagle3" else H
-    layer = {"self_attn.q_proj.weight": rnd(heads * D, width), "self_attn.k_proj.weight": rnd(kv * D, width),
-             "self_attn.v_proj.weight": rnd(kv * D, width), "self_attn.o_proj.weight": rnd(H, heads * D),
-             "mlp.gate_proj.weight": rnd(I, H), "mlp.up_proj.weight": rnd(I, H), "mlp.down_proj.weight": rnd(H, I),
-             "post_attention_layernorm.weight": norm()}
-    config = {"architectures": ["LlamaForCausalLM"], "hidden_size": H, "num_attention_heads": heads,
-              "num_key_value_heads": kv, "head_dim": D, "intermediate_size": I, "vocab_size": V, "rms_norm_eps": 1e-6,
-              "rope_theta": 10000.0, "max_position_embeddings": 256, "hidden_act": "silu"}
-    if kind == "eagle1":
-        tensors = {"layers.0." + k: v for k, v in layer.items()}
-        tensors["fc.weight"] = rnd(H, 2 * H)
-        if bias:
-            tensors["fc.bias"] = rnd(H)
-        return config, tensors
-    ids = torch.arange(V) if draft_ids is None else torch.as_tensor(draft_ids)
-    layer.update({"input_layernorm.weight": norm(), "hidden_norm.weight": norm()})
-    aux = list(aux or (2, LAYERS // 2, LAYERS - 3))
-    tensors = {"midlayer." + k: v for k, v in layer.items()}
-    t2d = torch.zeros(V, dtype=torch.bool)
-    t2d[ids] = True
-    tensors.update({"fc.weight": rnd(H, len(aux) * H), "norm.weight": norm(), "lm_head.weight": rnd(len(ids), H) * 20,
-                    "d2t": ids - torch.arange(len(ids)), "t2d": t2d})
-    config.update({"architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": len(ids),
-                   "eagle_config": {"eagle_aux_hidden_state_layer_ids": aux}})
-    return config, tensors
-
-
-def write_head(path, config: dict, tensors: dict) -> str:
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(config))
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path / "model.safetensors"))
-    return str(path)
 
 
 # ------------------------------------------------------------------------------ a plain reading of the layout
@@ -189,15 +139,15 @@ def test_capture_follows_the_hidden_states_tuple(arch):
     target = eagle_target(arch)
     ids = torch.tensor([[5, 9, 17, 4, 33, 8]])
     want = target(ids, output_hidden_states=True).hidden_states
-    install_capture(target, tuple(range(LAYERS + 1)))
+    install_capture(target, tuple(range(EAGLE_LAYERS + 1)))
     verifier = specdec.TreeVerifier(target)
-    verifier.request_features(tuple(range(LAYERS + 1)))
+    verifier.request_features(tuple(range(EAGLE_LAYERS + 1)))
     cache = verifier.new_cache(1, 32)
     acc = verifier.verify(specdec.TreeBatch.chain(ids[:, -1:], torch.ones(1, dtype=torch.int64)), cache,
                           prompt=PromptBlock(ids[:, :-1], torch.zeros(1, dtype=torch.int64)))
     H = target.config.hidden_size
     got = torch.cat([acc.prompt_features, acc.features[:, :1]], 1)  # [1, 6, (L + 1) H]
-    for i in range(LAYERS + 1):
+    for i in range(EAGLE_LAYERS + 1):
         torch.testing.assert_close(got[..., i * H:(i + 1) * H], want[i], rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match=r"layers: hidden-state indices \[8\] outside 0..7"):
         install_capture(target, (8,))

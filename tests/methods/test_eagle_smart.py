@@ -1,4 +1,4 @@
-"""SMART over an EAGLE head (EAGLE-3 + SMART): output identity with generate(do_sample=False) across
+"""SMART over an EAGLE head (EAGLE-3 + SMART): output identity with generate_with(do_sample=False) across
 plain stretches (the head's backlog of committed pairs and their target features), batch 1, ragged and
 EOS mid-batch, both layouts; when drafting never pays the head never runs; a profile taken with the head;
 argument checks."""
@@ -11,11 +11,9 @@ import pytest
 import torch
 
 import specdec
-from conftest import make_model, perturbed, ragged_prompts
 from specdec.profiling import BACKLOGS
-from test_eagle import eagle_target, head_tensors, write_head
-from test_generate import reference
-from test_smart import MODERATE, SCHEDULE, fixed_cost, generate, plan_schedule
+from tests.helpers import (MODERATE, SCHEDULE, eagle_target, fixed_cost, generate_with, head_tensors, make_model,
+                           perturbed, plan_schedule, ragged_prompts, reference, write_head)
 
 
 def random_head(tmp_path, target, kind="eagle3"):
@@ -38,7 +36,7 @@ def test_identity_across_plain_stretches(tmp_path, arch, kind, case):
     sup = specdec.SmartSupplier(head, fixed_cost(**MODERATE, batch_size=ids.shape[0]), topk=2, frontier=2,
                                 max_depth=5, early_stop=kind == "eagle3", online=False)
     backlogs = plan_schedule(sup, [0] + SCHEDULE)  # step 1 is root-only anyway: no features yet
-    out = generate(target, sup, ids, mask, 24, eos)
+    out = generate_with(target, sup, ids, mask, 24, eos)
     assert torch.equal(out.sequences, ref), f"{arch} {kind} {case}"
     assert max(backlogs) >= 7  # plain steps of one token each, then the root: caught up in one forward
     assert out.stats.plan.steps_drafted >= 3 and out.stats.mean_tree_size > 1.5
@@ -52,7 +50,7 @@ def test_when_drafting_never_pays_the_head_never_runs(tmp_path):
     head.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     ids, mask = ragged_prompts([5, 9])
     cost = fixed_cost(**MODERATE, batch_size=2, layer=1.0, catch_up=1.0)
-    out = generate(target, specdec.SmartSupplier(head, cost, topk=2, frontier=2, max_depth=4), ids, mask, 12)
+    out = generate_with(target, specdec.SmartSupplier(head, cost, topk=2, frontier=2, max_depth=4), ids, mask, 12)
     assert torch.equal(out.sequences, reference(target, ids, mask, 12, eos=[]))
     assert calls[0] == 0 and out.stats.plan.steps_drafted == 0 and out.stats.mean_tree_size == 1.0
 
@@ -67,7 +65,7 @@ def test_profile_with_a_head(tmp_path):
     for table, width in ((prof.draft_seconds, 3), (prof.catch_up_seconds, len(BACKLOGS))):
         assert len(table) == 2 and all(len(row) == width and all(t > 0 for t in row) for row in table)
     ids, mask = ragged_prompts([6, 8])
-    out = generate(target, specdec.SmartSupplier(head, prof, topk=2, frontier=2, max_depth=3), ids, mask, 10)
+    out = generate_with(target, specdec.SmartSupplier(head, prof, topk=2, frontier=2, max_depth=3), ids, mask, 10)
     assert torch.equal(out.sequences, reference(target, ids, mask, 10, eos=[]))
 
 
@@ -106,6 +104,6 @@ def test_the_planner_knows_when_a_probe_would_read_the_whole_prompt(tmp_path, dr
     planner.plan = plan
     for _ in range(2):
         schedule = iter([0, 0, 2, 0, 2, 0, 0, 0])
-        generate(target, sup, ids, mask, 8, [])
+        generate_with(target, sup, ids, mask, 8, [])
         assert seen[:3] == [True, True, True] and not any(seen[3:]), seen
         seen.clear()

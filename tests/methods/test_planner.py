@@ -12,7 +12,7 @@ from specdec.cost import CostModel, Curve
 from specdec.estimates import C_T_FIRST, C_T_WINDOW, Estimates, OnlineCosts
 from specdec.planner import (BACKOFF, C_T_EVERY, COLD_PROBE, MARGIN, REPLAN_EVERY, SPREAD_WEIGHT, WARM_AFTER, WARMUP,
                              StepPlanner, StepRecord, TreeFacts)
-from test_cost import make_cost
+from tests.helpers import make_cost
 
 MAX_DEPTH = 7
 WIDTHS = np.array([1, 3, 6, 10, 15, 21, 28, 36], dtype=np.float64)  # the tree's padded width with cap D

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import sysconfig
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,19 +14,16 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
 import specdec
-from conftest import VOCAB, ragged_prompts
 from specdec.cli import main
 from specdec.cost import CostModel
 from specdec.datastore import Datastore, Match
 from specdec.demo_pair import pair_path
 from specdec.models import load_tokenizer
 from specdec.state import DecodeState
-from specdec.profiling import device_name
 from specdec.planner import StepPlanner
 from specdec.suppliers.trie import _leaves_before, plan_trie
 from specdec.suppliers.trie import prefix_trie
-from test_cost import make_cost
-from test_generate import models, reference  # noqa: F401  (the architecture grid fixture and the oracle)
+from tests.helpers import VOCAB, eos_mid_batch_case, make_cost, ragged_prompts, reference, store_of_outputs
 
 
 # ---------------------------------------------------------------------------------------------- brute force
@@ -301,20 +297,6 @@ def test_supplier_refuses_a_store_with_a_larger_vocabulary(tmp_path, models):
         specdec.SpeculativeGenerator(target, specdec.RetrievalSupplier(store))
 
 
-def store_of_outputs(tmp_path: Path, ids: torch.Tensor, mask: torch.Tensor, free: torch.Tensor) -> Datastore:
-    """A store holding each prompt with the target's greedy continuation, plus a copy with every 4th new token
-    changed (wrong branches to reject) and one random document: trees are accepted, but not blindly."""
-    rng = np.random.default_rng(0)
-    docs = []
-    for b in range(ids.shape[0]):
-        row = torch.cat([ids[b][mask[b] == 1], free[b]]).numpy()
-        noisy = row.copy()
-        noisy[-free.shape[1]::4] = (noisy[-free.shape[1]::4] + 1 + rng.integers(0, VOCAB - 4)) % (VOCAB - 3) + 3
-        docs += [row, noisy]
-    docs.append(rng.integers(3, VOCAB, 200))
-    return Datastore.build(None, docs, tmp_path, vocab_size=VOCAB, progress=False)
-
-
 @pytest.mark.hf
 @pytest.mark.parametrize("lengths", [[7], [5, 11, 8]], ids=["batch1", "ragged3"])
 def test_identity(tmp_path, models, lengths):
@@ -328,15 +310,6 @@ def test_identity(tmp_path, models, lengths):
     accepted = out.stats.accepted_lengths
     assert max(accepted) > 2 and out.stats.mean_accepted_length > 1.5, accepted  # retrieval did the work
     assert min(accepted) == 1  # and past the stored 16 tokens, steps fell back to one token
-
-
-def eos_mid_batch_case(tmp_path: Path, target) -> tuple:
-    """Ragged prompts whose row 0 meets EOS after 5 tokens: (ids, mask, eos, HF's output with that EOS, a
-    store of the EOS-free greedy continuations)."""
-    ids, mask = ragged_prompts([6, 10, 9], seed=3)
-    free = reference(target, ids, mask, 20, eos=None)[:, ids.shape[1]:]
-    eos = int(free[0, 4])
-    return ids, mask, eos, reference(target, ids, mask, 20, eos=eos), store_of_outputs(tmp_path, ids, mask, free)
 
 
 @pytest.mark.hf

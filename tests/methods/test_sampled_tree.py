@@ -12,12 +12,12 @@ import torch
 from scipy.stats import chisquare
 
 import specdec
-from conftest import make_model
 from specdec.sampling import Sampling, sample_accept, sample_without_replacement
 from specdec.state import DecodeState
 from specdec.suppliers import draft as draft_module
 from specdec.tree import TreeBatch
-from test_sampling import PROMPT, ROWS, WARPS, assert_matches, draw_two_tokens, exact_two_tokens, tiny_pair
+from tests.helpers import (SAMPLE_ROWS, TINY_PROMPT, WARPS, assert_matches, draw_two_tokens, exact_two_tokens,
+                           make_model, tiny_pair)
 
 
 def test_gumbel_top_k_is_sequential_sampling_without_replacement():
@@ -145,7 +145,7 @@ def test_a_top_k_tree_carrying_q_is_caught(pair, tmp_path, monkeypatch):
     monkeypatch.setattr(draft_module, "sample_without_replacement",
                         lambda probs, k, generator=None: probs.topk(k, -1).indices)
     s = WARPS[0]
-    draws, _ = draw_two_tokens(target, draft, "tree", None, s, ROWS, tmp_path)
+    draws, _ = draw_two_tokens(target, draft, "tree", None, s, SAMPLE_ROWS, tmp_path)
     with pytest.raises(AssertionError, match="chi-square"):
         assert_matches(draws, exact_two_tokens(target, s), "top-k children with q")
 
@@ -159,7 +159,7 @@ def test_tree_wider_than_q_support_follows_the_target(pair, s):
     target, draft = pair
     gen = specdec.SpeculativeGenerator(target, specdec.DraftSupplier(draft, mode="tree", depth=2, topk=3,
                                                                      total_tokens=13))
-    ids = torch.tensor([PROMPT]).expand(ROWS, -1).contiguous()
+    ids = torch.tensor([TINY_PROMPT]).expand(SAMPLE_ROWS, -1).contiguous()
     out = gen.generate(ids, max_new_tokens=2, eos_token_id=[], pad_token_id=0, temperature=s.temperature,
                        top_k=s.top_k, top_p=s.top_p, generator=torch.Generator().manual_seed(0))
-    assert_matches(out.sequences[:, len(PROMPT):], exact_two_tokens(target, s), str(s))
+    assert_matches(out.sequences[:, len(TINY_PROMPT):], exact_two_tokens(target, s), str(s))

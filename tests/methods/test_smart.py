@@ -9,29 +9,9 @@ import pytest
 import torch
 
 import specdec
-from conftest import ARCHS, VOCAB, make_model, perturbed, ragged_prompts
 from specdec.cost import CostModel
-from specdec.planner import Plan
-from specdec.state import DecodeState
-from test_cost import make_cost, synthetic_profile
-from test_generate import reference
-
-
-def fixed_cost(c0: float, gamma: float, delta: float, rho: float, batch_size: int = 1, *, layer: float = 1e-4,
-               catch_up: float = 1e-4) -> CostModel:
-    """A step cost with given parts (the fit is tested in test_cost.py): verify c0 + gamma (exp(delta n^rho)
-    - 1), flat draft layer and catch-up."""
-    return make_cost(c0, gamma, delta, rho, layer=layer, catch_up=catch_up, batch_size=batch_size)
-
-
-# An AR step of 10 ms, verification growing ~1% per node at first and steeply past ~60 nodes, draft layers of
-# 0.1 ms: drafting pays and SMART's trees hold 5-20 nodes.
-MODERATE = dict(c0=0.01, gamma=2e-4, delta=0.05, rho=1.0)
-
-
-def state_for(ids, mask, capacity=96):
-    return DecodeState.begin(ids, (mask == 0).sum(1), max_new_tokens=8, capacity=capacity, eos_token_ids=[],
-                             pad_token_id=0)
+from tests.helpers import (ARCHS, MODERATE, SCHEDULE, VOCAB, fixed_cost, generate_with, make_model, perturbed,
+                           plan_schedule, ragged_prompts, reference, state_for, synthetic_profile)
 
 
 def first_tree(target, draft, cost, lengths, **kw):
@@ -51,11 +31,6 @@ def count_forwards(model) -> list[int]:
     return calls
 
 
-def generate(target, sup, ids, mask, n, eos=()):
-    return specdec.SpeculativeGenerator(target, sup).generate(ids, attention_mask=mask, max_new_tokens=n,
-                                                              eos_token_id=list(eos), pad_token_id=0)
-
-
 @pytest.mark.parametrize("lengths", [[7], [5, 11, 8]])
 def test_when_drafting_never_pays_the_draft_never_runs(lengths):
     target = make_model("llama")
@@ -64,7 +39,7 @@ def test_when_drafting_never_pays_the_draft_never_runs(lengths):
     # A draft layer or catch-up of a second against a 10 ms AR step: no tree can pay, not even as a probe.
     cost = fixed_cost(**MODERATE, batch_size=len(lengths), layer=1.0, catch_up=1.0)
     ids, mask = ragged_prompts(lengths)
-    out = generate(target, specdec.SmartSupplier(draft, cost, topk=3, frontier=3, max_depth=5), ids, mask, 16)
+    out = generate_with(target, specdec.SmartSupplier(draft, cost, topk=3, frontier=3, max_depth=5), ids, mask, 16)
     assert torch.equal(out.sequences, reference(target, ids, mask, 16, eos=[]))
     assert calls[0] == 0  # not even the prompt's prefill
     assert out.stats.plan.steps_drafted == 0 and out.stats.plan.steps_ar > 0 and out.stats.plan.probes == 0
@@ -77,7 +52,7 @@ def test_when_drafting_always_pays_trees_are_deep():
     cheap = fixed_cost(c0=0.01, gamma=1e-9, delta=1e-3, rho=1.0, layer=1e-7, catch_up=1e-7)
     ids, mask = ragged_prompts([6])
     sup = specdec.SmartSupplier(target, cheap, topk=2, frontier=2, max_depth=5, online=False)
-    out = generate(target, sup, ids, mask, 25)
+    out = generate_with(target, sup, ids, mask, 25)
     assert torch.equal(out.sequences, reference(target, ids, mask, 25, eos=[]))
     assert out.stats.plan.steps_ar == 0
     assert out.stats.accepted_lengths[:-1] == [6] * (len(out.stats.accepted_lengths) - 1)  # depth 5 + bonus each step
@@ -98,7 +73,7 @@ def test_steep_cost_yields_the_root_alone_and_plain_decoding():
     steep = fixed_cost(c0=0.0, gamma=1.0, delta=5.0, rho=1.0, batch_size=2)  # V(n + 1) ~ e^5 V(n): nothing pays
     ids, mask, _, tree = first_tree(target, target, steep, [5, 8], topk=4, frontier=4, alpha=1.0)
     assert tree.size == 1 and tree.num_nodes.tolist() == [1, 1] and tree.max_depth == 0
-    out = generate(target, specdec.SmartSupplier(target, steep), ids, mask, 6)
+    out = generate_with(target, specdec.SmartSupplier(target, steep), ids, mask, 6)
     assert torch.equal(out.sequences, reference(target, ids, mask, 6, eos=[]))
     assert out.stats.mean_accepted_length == 1.0 and out.stats.mean_tree_size == 1.0
 
@@ -124,30 +99,9 @@ def test_identity(models, case):
     sup = specdec.SmartSupplier(draft, fixed_cost(**MODERATE, batch_size=ids.shape[0]), alpha=alpha, topk=3,
                                 frontier=3, max_depth=5, online=False,
                                 padding_aware=case == 1 and arch == "llama", early_stop=arch != "qwen3")
-    out = generate(target, sup, ids, mask, 20)
+    out = generate_with(target, sup, ids, mask, 20)
     assert torch.equal(out.sequences, ref), f"{arch} alpha {alpha}"
     assert out.stats.mean_tree_size > 2 and out.stats.mean_accepted_length > 1.0  # trees were built and used
-
-
-def plan_schedule(sup, depths: list[int]) -> list[int]:
-    """Make `sup`'s planner take the given depth caps, one per step (then its own choice); returns the
-    draft's backlog at each step, as the planner saw it."""
-    planner, real, seen = sup.planner, sup.planner.plan, []
-    schedule = iter(depths)
-
-    def plan(backlog: int = 1, context: float | None = None, cold: bool = False) -> Plan:
-        seen.append(backlog)
-        chosen = real(backlog, context, cold)
-        depth = next(schedule, None)
-        planner._plan = chosen if depth is None else replace(chosen, depth=depth)
-        return planner._plan
-
-    planner.plan = plan
-    return seen
-
-
-# Plain stretches of 1 to 6 steps between drafting steps: the draft's backlog grows, then one catch-up.
-SCHEDULE = [3, 0, 0, 0, 0, 0, 0, 2, 0, 4, 0, 0, 3, 3, 0, 0, 0, 1, 0, 5]
 
 
 @pytest.mark.hf
@@ -162,7 +116,7 @@ def test_identity_across_plain_stretches(models, case):
     sup = specdec.SmartSupplier(draft, fixed_cost(**MODERATE, batch_size=ids.shape[0]), topk=2, frontier=2,
                                 max_depth=5, early_stop=arch != "mistral", online=False)
     backlogs = plan_schedule(sup, SCHEDULE)
-    out = generate(target, sup, ids, mask, 24, eos)
+    out = generate_with(target, sup, ids, mask, 24, eos)
     assert torch.equal(out.sequences, ref), f"{arch} {case}"
     # Six plain steps of one token each, then the root: caught up in one forward (the first step's backlog
     # is the prompt's prefill, queued until the draft first runs).
@@ -175,7 +129,7 @@ def test_profile_source_fits_the_running_batch_size():
     prof = synthetic_profile(batch_sizes=(1, 4), scales=(1.0, 2.0))
     sup = specdec.SmartSupplier(perturbed(target), prof, topk=2, frontier=2, max_depth=3)
     ids, mask = ragged_prompts([4, 6, 5])
-    generate(target, sup, ids, mask, 3)
+    generate_with(target, sup, ids, mask, 3)
     model = sup.planner.costs.model
     assert model.batch_size == 3 and model.batch_rule == "interpolated between 1 and 4"
 
@@ -212,7 +166,7 @@ def test_reprofile_measures_a_batch_size_outside_the_profile():
                    repeats=1)
     sup = specdec.SmartSupplier(perturbed(target), prof, topk=2, frontier=2, max_depth=3, reprofile=True)
     ids, mask = ragged_prompts([4, 6, 5])
-    out = generate(target, sup, ids, mask, 3)
+    out = generate_with(target, sup, ids, mask, 3)
     assert torch.equal(out.sequences, reference(target, ids, mask, 3, eos=[]))
     assert sup.source.batch_sizes == (1, 2, 3) and sup.source.verify_seconds[:2] == prof.verify_seconds
     assert all(t > 0 for t in sup.source.verify_seconds[2]) and sup.planner.costs.model.batch_rule == "profiled"

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import specdec
-from conftest import make_model, ragged_prompts
 from specdec.state import DecodeState
 from specdec.suppliers.trie import prefix_trie
+from tests.helpers import make_model, ragged_prompts
 
 
 def state_for(ids, mask, capacity=64):

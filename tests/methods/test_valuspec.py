@@ -15,39 +15,15 @@ import torch
 from transformers import AutoModelForCausalLM
 
 import specdec
-from conftest import VOCAB, make_model, perturbed, ragged_prompts
+from specdec import calibration as calibration_module
 from specdec.cli import main
 from specdec.calibration import Calibration, calibrate, threshold
 from specdec.tree import TreeBatch
 from specdec.valuspec import BranchScorer, FixedThresholdFilter, ValuSpecFilter, keep_branches
 from specdec.verify import Acceptance
-from test_cli import saved  # noqa: F401  (a tiny target, draft and tokenizer saved like hub checkpoints)
-from test_generate import models, reference  # noqa: F401  (the architecture grid fixture and the oracle)
-from test_retrieval import eos_mid_batch_case, store_of_outputs
-from test_smart import MODERATE, fixed_cost, state_for
-
-
-def calibration(*taus: float, **kw) -> Calibration:
-    """A calibration with the given tau_1, tau_2, ... (one value: one tau for every length)."""
-    fields = dict(taus=taus, num_windows=[10] * len(taus), window=min(4, len(taus)), delta=0.05, target="t",
-                  scorer="s", num_prompts=1, max_new_tokens=16)
-    return Calibration(**{**fields, **kw})
-
-
-class FixedLogprobs(BranchScorer):
-    """Node log-probs given by hand: the keep rule and the counters without a model."""
-
-    def __init__(self, logp: torch.Tensor):
-        self.logp, self.backend, self.reusing = logp, "torch", False
-
-    def attach(self, target, supplier=None) -> None: ...
-
-    def start(self, state, region) -> None: ...
-
-    def commit(self, acc) -> None: ...
-
-    def node_logprobs(self, tree):
-        return self.logp
+from tests.helpers import (MODERATE, VOCAB, FixedLogprobs, calibration, count_calls, eos_mid_batch_case, fixed_cost,
+                           make_model, perturbed, plain_branch_scores, ragged_prompts, reference, state_for,
+                           store_of_outputs)
 
 
 # Row 0, the module docstring's tree with exact binary fractions: root r; a (-0.5), b (-3) under r; c (-1.5)
@@ -113,20 +89,6 @@ def test_fixed_threshold_is_a_probability_cut_off():
             FixedThresholdFilter(FixedLogprobs(LOGP), bad)
     with pytest.raises(ValueError, match="calibration: expected a specdec Calibration"):
         ValuSpecFilter(FixedLogprobs(LOGP), -1.0)
-
-
-def plain_branch_scores(scorer, context: list[int], tree: TreeBatch, row: int) -> dict[int, float]:
-    """Each leaf's branch score from one plain forward of the scorer over context + the branch's tokens."""
-    out = {}
-    for path in tree.paths[row].tolist():
-        nodes = [i for i in path if i >= 0][1:]
-        if not nodes:
-            continue
-        branch = [int(tree.tokens[row, i]) for i in nodes]
-        ids = torch.tensor([context + branch])
-        lp = torch.log_softmax(scorer(input_ids=ids).logits[0].double(), -1)
-        out[nodes[-1]] = float(np.mean([lp[len(context) - 1 + j, t].item() for j, t in enumerate(branch)]))
-    return out
 
 
 @pytest.mark.hf
@@ -413,3 +375,14 @@ def test_cli_calibrate_errors(saved, capsys):
     assert main(["calibrate", "--target", str(root / "target"), "--scorer", str(root / "draft"), "--prompts",
                  "no-such-set", "--out", "x.json"]) == 2
     assert "--prompts: 'no-such-set' is neither a prompt set" in capsys.readouterr().err
+
+
+@pytest.mark.hf
+def test_calibration_cache_is_keyed_by_content(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    calls = count_calls(monkeypatch, calibration_module, "calibrate")
+    target = make_model("llama")
+    prompts = [ragged_prompts([6])[0][0].tolist()]
+    for scorer in (make_model("llama", seed=5), make_model("llama", seed=6)):  # same config, other weights
+        calibration_module.cached_calibration(target, scorer, prompts, max_new_tokens=6, window=3)
+    assert len(calls) == 2

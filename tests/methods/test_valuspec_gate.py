@@ -13,21 +13,16 @@ import pytest
 import torch
 
 import specdec
-from conftest import make_model, perturbed, ragged_prompts
 from specdec.calibration import calibrate
 from specdec.cost import Curve
 from specdec.gate import DEPTHS, CostGate, StepPlan
 from specdec.planner import StepRecord
 from specdec.tree import TreeBatch, unpack_bits
 from specdec.valuspec import BranchScorer, ValuSpecFilter, fill_to_width, keep_branches
-from test_cost import make_cost
-from test_eagle import eagle_target, head_tensors, write_head
-from test_generate import reference
-from test_cli import generate_matches_hf, saved  # noqa: F401  (a tiny target, draft and tokenizer saved to disk)
-from test_retrieval import eos_mid_batch_case, store_of_outputs
-from test_smart_cli import profiled  # noqa: F401  (a profile of that pair)
-from test_smart import MODERATE as SMART_COST, fixed_cost, state_for
-from test_valuspec_lengths import counting
+from tests.helpers import MODERATE as SMART_COST
+from tests.helpers import (counting, eagle_target, eos_mid_batch_case, fixed_cost, generate_matches_hf, head_tensors,
+                           make_cost, make_model, perturbed, ragged_prompts, reference, state_for, store_of_outputs,
+                           write_head)
 
 CAL_PROMPTS = [[5, 6, 7, 8, 9], [20, 30, 40, 50]]
 
@@ -482,7 +477,7 @@ def test_audit_tells_the_sizing_cuts_from_the_rule_ones():
 
 
 @pytest.mark.hf
-def test_generate_gates_scoring_with_a_profile_at_hand(saved, profiled, capsys, tmp_path, monkeypatch):  # noqa: F811
+def test_generate_gates_scoring_with_a_profile_at_hand(saved, profiled, capsys, tmp_path, monkeypatch):
     """`specdec generate --valuspec ... --profile P`: the filter's gate is a CostGate over P, asked before
     every step with candidates; the output still equals HF generate."""
     root = saved[0]

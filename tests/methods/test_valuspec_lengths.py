@@ -11,17 +11,13 @@ import pytest
 import torch
 
 import specdec
-from conftest import make_model, perturbed, ragged_prompts
 from specdec.calibration import Calibration, calibrate, thresholds_by_length
 from specdec.generate import Stats
 from specdec.tree import TreeBatch
 from specdec.valuspec import BranchScorer, ScoringGate, StepPlan, ValuSpecFilter, keep_branches
 from specdec.verify import Acceptance
-from test_cli import saved  # noqa: F401  (a tiny target, draft and tokenizer saved like hub checkpoints)
-from test_generate import reference
-from test_retrieval import store_of_outputs
-from test_smart import state_for
-from test_valuspec import FixedLogprobs, calibration, plain_branch_scores
+from tests.helpers import (FixedLogprobs, calibration, counting, make_model, perturbed, plain_branch_scores,
+                           ragged_prompts, reference, state_for, store_of_outputs)
 
 
 # ------------------------------------------------------------------------------ thresholds by length
@@ -192,19 +188,6 @@ class ScheduledGate(ScoringGate):
     def plan(self, tree, state) -> StepPlan:
         self.calls += 1
         return StepPlan(score=self.scored(self.calls))
-
-
-def counting(scorer: BranchScorer) -> list[int]:
-    """Count the scorer model's tree forwards (wraps its runner)."""
-    calls = [0]
-    forward = scorer.runner.forward_tree
-
-    def counted(tree):
-        calls[0] += 1
-        return forward(tree)
-
-    scorer.runner.forward_tree = counted
-    return calls
 
 
 def retrieval_case(tmp_path, lengths: list[int]):

@@ -14,17 +14,16 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import assert_gpu_generation_identity
 from specdec import ops
 from specdec.ops import _backend, _cuda
 from specdec.tree import pack_bits
+from tests.helpers import (ROOT, assert_gpu_generation_identity, assert_same_expansion, attention_inputs,
+                           exact_logprob, expand_case, logprob_inputs, make_tree, path_mean_inputs)
 
-ROOT = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()
 needs_extension = pytest.mark.skipif(not (HAS_CUDA and _backend.cuda_extension_built()),
                                      reason="needs a CUDA device and the compiled extension specdec._C")
@@ -148,15 +147,7 @@ def test_compile_check_fails_on_a_planted_error(tmp_path):
 
 # --------------------------------------------------------------------------- GPU parity (the Triton tests' grids)
 
-def _attention_inputs(B, Hq, Hkv, T, D, prefix, dtype, seed):
-    from test_triton_tree_attention import inputs  # the Triton tests' inputs: ragged prefixes, left padding
-
-    return inputs(B, Hq, Hkv, T, D, prefix, dtype, seed)
-
-
 def _tree(kind, B, T, seed):
-    from conftest import make_tree
-
     return make_tree(kind, B, T, seed, device="cuda")
 
 
@@ -182,7 +173,7 @@ def _check_attention(q, k, v, start, length, mask, **kwargs):
 @pytest.mark.parametrize("Hq, Hkv", [(2, 2), (4, 2), (4, 1)])
 def test_gpu_attention_matches_reference_and_triton(dtype, T, prefix, Hq, Hkv):
     tree = _tree("random", 3, T, seed=T + prefix)
-    _check_attention(*_attention_inputs(3, Hq, Hkv, T, 16, prefix, dtype, seed=T * 100 + prefix + Hq),
+    _check_attention(*attention_inputs(3, Hq, Hkv, T, 16, prefix, dtype, seed=T * 100 + prefix + Hq),
                      tree.ancestor_mask)
 
 
@@ -193,7 +184,7 @@ def test_gpu_attention_matches_reference_and_triton(dtype, T, prefix, Hq, Hkv):
 @pytest.mark.parametrize("kind", ["chain", "star", "random"])
 def test_gpu_attention_head_dims_and_shapes(dtype, D, kind):
     T = {"chain": 130, "star": 7, "random": 33}[kind]
-    q, k, v, start, length = _attention_inputs(3, 4, 2, T, D, 45, dtype, seed=D)
+    q, k, v, start, length = attention_inputs(3, 4, 2, T, D, 45, dtype, seed=D)
     _check_attention(q, k, v, start, length, _tree(kind, 3, T, seed=D).ancestor_mask)
 
 
@@ -203,7 +194,7 @@ def test_gpu_attention_head_dims_and_shapes(dtype, D, kind):
 @pytest.mark.parametrize("T, prefix, num_splits", [(7, 300, 2), (7, 300, 3), (33, 140, 3), (2, 45, 5), (7, 0, 4),
                                                    (64, 1300, 32)])
 def test_gpu_attention_split_prefix(dtype, T, prefix, num_splits):
-    q, k, v, start, length = _attention_inputs(3, 4, 2, T, 64, prefix, dtype, seed=num_splits)
+    q, k, v, start, length = attention_inputs(3, 4, 2, T, 64, prefix, dtype, seed=num_splits)
     mask = _tree("random", 3, T, seed=prefix).ancestor_mask
     out = _check_attention(q, k, v, start, length, mask, num_splits=num_splits)
     atol, rtol = TOL[dtype]
@@ -224,7 +215,7 @@ def test_gpu_attention_wide_mask_and_garbage_slots(dtype, num_splits):
     bits[:, :, 70:] = False
     bits[:, torch.arange(T), 67 + torch.arange(T)] = True
     bits[1, 2] = False
-    q, k, v, _, _ = _attention_inputs(B, 4, 2, T, 64, 90, dtype, seed=3)
+    q, k, v, _, _ = attention_inputs(B, 4, 2, T, 64, 90, dtype, seed=3)
     start, length = torch.tensor([3, 0], device=CUDA), torch.tensor([20, 0], device=CUDA)
     mask = pack_bits(bits).to(CUDA)
     out = _check_attention(q, k, v, start, length, mask, num_splits=num_splits)
@@ -247,7 +238,7 @@ def test_gpu_attention_noncontiguous_and_out(dtype):
     """Strided q/v/mask (HF layouts are transposes), a slice of a larger cache (k), int32 start/length as
     strided columns, a strided `out`; and K/V rows that are not 16-byte aligned (the non-cp.async path)."""
     B, Hq, Hkv, T, D, P = 2, 4, 2, 7, 64, 30
-    q0, k0, v0, start, length = _attention_inputs(B, Hq, Hkv, T, D, P, dtype, seed=5)
+    q0, k0, v0, start, length = attention_inputs(B, Hq, Hkv, T, D, P, dtype, seed=5)
     mask0 = _tree("random", B, T, seed=5).ancestor_mask
     q = q0.transpose(1, 2).contiguous().transpose(1, 2)
     k = torch.cat([k0, k0], 2)[:, :, : k0.shape[2]]
@@ -275,7 +266,7 @@ def test_gpu_attention_real_sizes_error_within_twice_torch(dtype, num_splits):
     precision, and than twice the reference's (fp32 math, output rounded)."""
     B, Hq, Hkv, D, T, prefix = 4, 32, 8, 128, 64, 1300
     mask = _tree("random", B, T, seed=11).ancestor_mask
-    q, k, v, start, length = _attention_inputs(B, Hq, Hkv, T, D, prefix, dtype, seed=11)
+    q, k, v, start, length = attention_inputs(B, Hq, Hkv, T, D, prefix, dtype, seed=11)
     scale = D**-0.5
     ours = ops.tree_attention(q, k, v, start, length, mask, backend="cuda", num_splits=num_splits)
     exact = ops.tree_attention_ref(q.double(), k.double(), v.double(), start, length, mask, scale=scale)
@@ -298,19 +289,17 @@ def test_gpu_attention_real_sizes_error_within_twice_torch(dtype, num_splits):
 @pytest.mark.parametrize("V", [50, 97, 130, 32000])
 @pytest.mark.parametrize("benefit", ["paper", "expected"])
 def test_gpu_smart_expand_matches_reference_and_triton(dtype, V, benefit):
-    from test_smart_expand import assert_same, case
 
-    c = case(3, 4, V, seed=V, dtype=dtype)
+    c = expand_case(3, 4, V, seed=V, dtype=dtype)
     args = dict(k=3, alpha=0.8, budget=10, benefit=benefit)
     out = ops.smart_expand(**c, **args, backend="cuda")
-    assert_same(out, ops.smart_expand_ref(**c, **args), atol=2e-6, rtol=1e-6)
-    assert_same(out, ops.smart_expand(**c, **args, backend="triton"), atol=2e-6, rtol=1e-6)
+    assert_same_expansion(out, ops.smart_expand_ref(**c, **args), atol=2e-6, rtol=1e-6)
+    assert_same_expansion(out, ops.smart_expand(**c, **args, backend="triton"), atol=2e-6, rtol=1e-6)
 
 
 @pytest.mark.gpu
 @needs_extension
 def test_gpu_smart_expand_ties_budget_topk_and_empty():
-    from test_smart_expand import assert_same, case
 
     gen = torch.Generator().manual_seed(3)
     logits = torch.randint(0, 3, (2, 4, 70), generator=gen).float()  # ties everywhere
@@ -321,7 +310,7 @@ def test_gpu_smart_expand_ties_budget_topk_and_empty():
              expected_len=torch.tensor([1.0, 1.5], device=CUDA), num_paths=torch.tensor([1, 2], device=CUDA),
              cost=torch.tensor([1.0, 0.004, 0.0, 0.0, 1.0], device=CUDA))
     for benefit in ("paper", "expected"):
-        assert_same(ops.smart_expand(**c, k=5, alpha=0.8, budget=20, benefit=benefit, backend="cuda"),
+        assert_same_expansion(ops.smart_expand(**c, k=5, alpha=0.8, budget=20, benefit=benefit, backend="cuda"),
                     ops.smart_expand_ref(**c, k=5, alpha=0.8, budget=20, benefit=benefit), atol=2e-6, rtol=1e-6)
     ramp = torch.arange(130, dtype=torch.float32) / 10
     r = dict(logits=torch.stack([ramp, ramp.flip(0), (ramp - 6.5).abs()])[None].cuda(),
@@ -329,15 +318,15 @@ def test_gpu_smart_expand_ties_budget_topk_and_empty():
              expected_len=torch.tensor([1.0], device=CUDA), num_paths=torch.tensor([1], device=CUDA),
              cost=torch.tensor([1.0, 0.1, 0.0, 0.0, 1.0], device=CUDA))
     for k in (5, 40, 130):
-        assert_same(ops.smart_expand(**r, k=k, alpha=0.8, budget=500, backend="cuda"),
+        assert_same_expansion(ops.smart_expand(**r, k=k, alpha=0.8, budget=500, backend="cuda"),
                     ops.smart_expand_ref(**r, k=k, alpha=0.8, budget=500), atol=2e-6, rtol=1e-6)
-    b = case(2, 3, 97, seed=5, scale=2.0, inactive=0.0)
+    b = expand_case(2, 3, 97, seed=5, scale=2.0, inactive=0.0)
     b["logits"] = b["logits"].transpose(1, 2).contiguous().transpose(1, 2)
     b["tree_size"] = torch.tensor([1, 3], device=CUDA)
     b["cost"] = torch.tensor([1.0, 0.001, 0.0, 0.0, 1.0], device=CUDA)
     args = dict(k=4, alpha=1.0, budget=6, benefit="expected")
-    assert_same(ops.smart_expand(**b, **args, backend="cuda"), ops.smart_expand_ref(**b, **args), atol=2e-6, rtol=1e-6)
-    e = case(2, 2, 50)
+    assert_same_expansion(ops.smart_expand(**b, **args, backend="cuda"), ops.smart_expand_ref(**b, **args), atol=2e-6, rtol=1e-6)
+    e = expand_case(2, 2, 50)
     e["frontier_logp"] = torch.full((2, 2), -math.inf, device=CUDA)
     out = ops.smart_expand(**e, k=2, alpha=0.8, budget=10, backend="cuda")
     assert not out.keep.any() and (out.tokens == -1).all()
@@ -350,9 +339,8 @@ def test_gpu_smart_expand_ties_budget_topk_and_empty():
 @pytest.mark.parametrize("benefit", ["paper", "expected"])
 def test_gpu_smart_expand_real_size(dtype, benefit):
     """Real sizes: sorted log-probs match; near-ties may swap (the log-sum-exps differ in the last bit)."""
-    from test_smart_expand import case
 
-    c = case(32, 64, 32000, seed=11, dtype=dtype, scale=4.0)
+    c = expand_case(32, 64, 32000, seed=11, dtype=dtype, scale=4.0)
     args = dict(k=8, alpha=0.8, budget=64, benefit=benefit)
     ref = ops.smart_expand_ref(**c, **args)
     out = ops.smart_expand(**c, **args, backend="cuda")
@@ -372,12 +360,11 @@ def test_gpu_smart_expand_real_size(dtype, benefit):
                                      (1, 130, 40), (300, 32000, 896)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_gpu_token_logprob_matches_exact_and_triton(dtype, N, V, d, bias):
-    from test_logprob import exact, scorer
 
-    hidden, weight, b, targets = scorer(N, V, d, dtype=dtype, bias=bias, seed=N + V + d)
+    hidden, weight, b, targets = logprob_inputs(N, V, d, dtype=dtype, bias=bias, seed=N + V + d)
     out = ops.token_logprob(hidden, weight, targets, bias=b, backend="cuda")
     assert out.dtype == torch.float32 and out.shape == (N,)
-    truth = exact(hidden, weight, targets, b)
+    truth = exact_logprob(hidden, weight, targets, b)
     theirs = (ops.token_logprob_ref(hidden, weight, targets, bias=b).double() - truth).abs().max()
     ours = (out.double() - truth).abs().max()
     assert ours <= max(1e-5, 2 * theirs), (ours, theirs)  # fp32: summation error; 16-bit: STYLE 8
@@ -389,14 +376,13 @@ def test_gpu_token_logprob_matches_exact_and_triton(dtype, N, V, d, bias):
 @pytest.mark.gpu
 @needs_extension
 def test_gpu_token_logprob_strided():
-    from test_logprob import exact, scorer
 
-    hidden, weight, _, targets = scorer(5, 130, 40, dtype=torch.float32, bias=False)
+    hidden, weight, _, targets = logprob_inputs(5, 130, 40, dtype=torch.float32, bias=False)
     wide = torch.zeros(5, 80, device=CUDA)
     wide[:, ::2] = hidden
     columns = torch.stack([targets, targets.flip(0)], 1).to(torch.int32)
     out = ops.token_logprob(wide[:, ::2], weight.t().contiguous().t(), columns[:, 0], backend="cuda")
-    torch.testing.assert_close(out.double(), exact(hidden, weight, targets), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.double(), exact_logprob(hidden, weight, targets), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.gpu
@@ -422,9 +408,8 @@ def test_gpu_from_logits(dtype, N, V):
 @needs_extension
 @pytest.mark.parametrize("T", [1, 7, 33, 130, 1000])
 def test_gpu_path_mean_bitwise_reference(T):
-    from test_logprob import random_trees
 
-    logp, parents, num_nodes = random_trees(4, T, seed=T)
+    logp, parents, num_nodes = path_mean_inputs(4, T, seed=T)
     args = (logp.cuda(), parents.cuda(), num_nodes.cuda())
     assert torch.equal(ops.path_mean(*args, backend="cuda"), ops.path_mean_ref(*args))  # same additions, same order
     int32 = ops.path_mean(logp.cuda().t().contiguous().t(), parents.to(torch.int32).cuda(), num_nodes.cuda(),
@@ -437,7 +422,7 @@ def test_gpu_path_mean_bitwise_reference(T):
 def test_gpu_ops_trace_under_torch_compile():
     """The ops are torch.ops.specdec.* with fake kernels: opcheck passes and torch.compile(fullgraph) traces them."""
     lib = _cuda.ops()
-    q, k, v, start, length = _attention_inputs(2, 4, 2, 7, 64, 30, torch.bfloat16, seed=1)
+    q, k, v, start, length = attention_inputs(2, 4, 2, 7, 64, 30, torch.bfloat16, seed=1)
     mask = _tree("random", 2, 7, seed=1).ancestor_mask
     args = (q, k, v, start, length, mask, 0.125, 2)
     torch.library.opcheck(lib.tree_attention.default, args, test_utils=("test_schema", "test_faketensor"))

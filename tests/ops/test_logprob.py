@@ -10,6 +10,7 @@ import torch
 from specdec.ops import (path_mean, path_mean_ref, token_logprob, token_logprob_from_logits,
                          token_logprob_from_logits_ref, token_logprob_ref)
 from specdec.ops._backend import triton_runnable
+from tests.helpers import exact_logprob, logprob_inputs, path_mean_inputs
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 needs_triton = pytest.mark.skipif(not triton_runnable(torch.device(DEVICE)),
@@ -17,22 +18,6 @@ needs_triton = pytest.mark.skipif(not triton_runnable(torch.device(DEVICE)),
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 # Triton vs the fp64 answer: fp16 products are exact in fp32, so both dtypes only see fp32 summation error.
 TOLERANCES = [(torch.float32, 1e-5, 1e-5), (torch.float16, 1e-5, 1e-5)]
-
-
-def scorer(N: int, V: int, d: int, *, dtype, bias: bool, seed: int = 0):
-    """hidden [N, d], weight [V, d], bias [V] | None, targets [N], with logits of a few units."""
-    gen = torch.Generator().manual_seed(seed)
-    hidden = torch.randn(N, d, generator=gen)
-    weight = 3.0 * torch.randn(V, d, generator=gen) / math.sqrt(d)
-    b = torch.randn(V, generator=gen) if bias else None
-    targets = torch.randint(0, V, (N,), generator=gen)
-    cast = lambda t: None if t is None else t.to(dtype).to(DEVICE)  # noqa: E731
-    return cast(hidden), cast(weight), cast(b), targets.to(DEVICE)
-
-
-def exact(hidden, weight, targets, bias=None):
-    """The answer in fp64 from the same (rounded) inputs."""
-    return token_logprob_ref(hidden.double(), weight.double(), targets, bias=None if bias is None else bias.double())
 
 
 # --------------------------------------------------------------------------- token_logprob
@@ -54,17 +39,17 @@ def test_ref_by_hand():
                                      (1, 130, 40)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_triton_matches_exact(dtype, atol, rtol, N, V, d, bias):
-    hidden, weight, b, targets = scorer(N, V, d, dtype=dtype, bias=bias, seed=N + V + d)
+    hidden, weight, b, targets = logprob_inputs(N, V, d, dtype=dtype, bias=bias, seed=N + V + d)
     out = token_logprob(hidden, weight, targets, bias=b, backend="triton")
     assert out.dtype == torch.float32 and out.shape == (N,)
-    torch.testing.assert_close(out.double(), exact(hidden, weight, targets, b), atol=atol, rtol=rtol)
+    torch.testing.assert_close(out.double(), exact_logprob(hidden, weight, targets, b), atol=atol, rtol=rtol)
 
 
 @needs_triton
 def test_triton_fp16_no_worse_than_torch():
     # STYLE 8: against fp64, no worse than twice torch's own error in fp16 (torch rounds the logits to fp16).
-    hidden, weight, b, targets = scorer(33, 1000, 40, dtype=torch.float16, bias=True, seed=4)
-    truth = exact(hidden, weight, targets, b)
+    hidden, weight, b, targets = logprob_inputs(33, 1000, 40, dtype=torch.float16, bias=True, seed=4)
+    truth = exact_logprob(hidden, weight, targets, b)
     ours = (token_logprob(hidden, weight, targets, bias=b, backend="triton").double() - truth).abs().max()
     theirs = (token_logprob_ref(hidden, weight, targets, bias=b).double() - truth).abs().max()
     assert ours <= 2 * theirs
@@ -72,13 +57,13 @@ def test_triton_fp16_no_worse_than_torch():
 
 @needs_triton
 def test_triton_strided_inputs_and_determinism():
-    hidden, weight, _, targets = scorer(5, 130, 40, dtype=torch.float32, bias=False)
+    hidden, weight, _, targets = logprob_inputs(5, 130, 40, dtype=torch.float32, bias=False)
     wide = torch.zeros(5, 80, device=DEVICE)
     wide[:, ::2] = hidden
     weight_t = weight.t().contiguous().t()  # column-major LM head, as a transposed embedding would be
     columns = torch.stack([targets, targets.flip(0)], 1).to(torch.int32)  # targets as a strided column
     out = token_logprob(wide[:, ::2], weight_t, columns[:, 0], backend="triton")
-    torch.testing.assert_close(out.double(), exact(hidden, weight, targets), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.double(), exact_logprob(hidden, weight, targets), atol=1e-5, rtol=1e-5)
     assert torch.equal(out, token_logprob(wide[:, ::2], weight_t, targets, backend="triton"))
 
 
@@ -106,7 +91,7 @@ def test_triton_from_logits_masked_vocabulary():
 
 
 def test_empty_batch():
-    hidden, weight, _, _ = scorer(1, 97, 16, dtype=torch.float32, bias=False)
+    hidden, weight, _, _ = logprob_inputs(1, 97, 16, dtype=torch.float32, bias=False)
     empty = torch.zeros(0, dtype=torch.int64, device=DEVICE)
     backend = "triton" if triton_runnable(torch.device(DEVICE)) else "torch"
     assert token_logprob(hidden[:0], weight, empty, backend=backend).shape == (0,)
@@ -119,19 +104,6 @@ def test_path_mean_ref_by_hand():
     out = path_mean_ref(torch.tensor([[5.0, -1.0, -2.0, -3.0, -9.0]]), torch.tensor([[-1, 0, 0, 1, 3]]),
                         torch.tensor([4]))
     assert out.tolist() == [[0.0, -1.0, -2.0, -2.0, 0.0]]
-
-
-def random_trees(B: int, T: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Ragged random trees in topological order: parents[i] uniform in [0, i); padding parents are junk."""
-    gen = torch.Generator().manual_seed(seed)
-    idx = torch.arange(T)
-    parents = (torch.rand(B, T, generator=gen) * idx).long()
-    parents[:, 0] = -1
-    num_nodes = torch.randint(1, T + 1, (B,), generator=gen)
-    num_nodes[0] = T
-    parents = torch.where(idx < num_nodes[:, None], parents, 7 * T)  # junk beyond num_nodes
-    logp = -torch.rand(B, T, generator=gen) * 3
-    return logp, parents, num_nodes
 
 
 @pytest.mark.parametrize("T", [1, 7, 33, 130])
@@ -149,7 +121,7 @@ def test_path_mean_ref_chain_and_star(T):
 @needs_triton
 @pytest.mark.parametrize("T", [1, 7, 33, 130])
 def test_path_mean_triton(T):
-    logp, parents, num_nodes = random_trees(4, T, seed=T)
+    logp, parents, num_nodes = path_mean_inputs(4, T, seed=T)
     logp = logp.to(DEVICE)
     out = path_mean(logp, parents.to(DEVICE), num_nodes.to(DEVICE), backend="triton")
     ref = path_mean_ref(logp, parents.to(DEVICE), num_nodes.to(DEVICE))
@@ -203,8 +175,8 @@ def test_bad_arguments(call, match):
 @needs_cuda
 @pytest.mark.parametrize("V", [32000, 152064])
 def test_gpu_bf16_no_worse_than_torch(V):
-    hidden, weight, _, targets = scorer(1024, V, 896, dtype=torch.bfloat16, bias=False, seed=V)
-    truth = exact(hidden, weight, targets)
+    hidden, weight, _, targets = logprob_inputs(1024, V, 896, dtype=torch.bfloat16, bias=False, seed=V)
+    truth = exact_logprob(hidden, weight, targets)
     ours = (token_logprob(hidden, weight, targets, backend="triton").double() - truth).abs().max()
     theirs = (token_logprob_ref(hidden, weight, targets).double() - truth).abs().max()
     assert ours <= 2 * theirs, (ours, theirs)
@@ -219,6 +191,6 @@ def test_gpu_from_logits_and_path_mean():
     out = token_logprob_from_logits(logits, targets, backend="triton")
     torch.testing.assert_close(out.double(), token_logprob_from_logits_ref(logits.double(), targets),
                                atol=1e-4, rtol=1e-5)
-    logp, parents, num_nodes = random_trees(32, 256, seed=1)
+    logp, parents, num_nodes = path_mean_inputs(32, 256, seed=1)
     args = (logp.cuda(), parents.cuda(), num_nodes.cuda())
     torch.testing.assert_close(path_mean(*args, backend="triton"), path_mean_ref(*args), atol=1e-5, rtol=1e-5)

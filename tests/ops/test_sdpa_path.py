@@ -1,5 +1,7 @@
 """The production torch path of tree attention (backend "sdpa"): SDPA over the live cache region, planned
-once per forward, against the reference; the cache and tree shortcuts that keep plain decoding cheap."""
+once per forward, against the reference. The cache and tree shortcuts that keep plain decoding cheap are
+tested in tests/core/test_cache.py and test_tree.py, the generation identity with each backend forced in
+tests/core/test_generate.py."""
 
 from __future__ import annotations
 
@@ -9,11 +11,9 @@ import pytest
 import torch
 
 import specdec
-from conftest import ARCHS, make_model, make_tree, perturbed, ragged_prompts
 from specdec import ops
-from specdec.cache import TreeCache
 from specdec.ops._backend import resolve_backend
-from specdec.tree import TreeBatch, pack_bits
+from tests.helpers import make_tree
 
 
 def inputs(B, Hq, Hkv, T, D, prefix, seed):
@@ -132,102 +132,6 @@ def test_backend_resolution():
         ops.path_mean(torch.zeros(1, 2), torch.tensor([[-1, 0]]), torch.tensor([2]), backend="sdpa")
 
 
-def test_cache_writes_and_commits_take_shortcuts_with_the_same_result():
-    """Equal lengths write by slice, ragged ones by scatter; a kept prefix commits without moving K/V."""
-    B, H, D, T = 2, 2, 4, 3
-    new = torch.randn(B, H, T, D)
-
-    def written(lengths):
-        cache = TreeCache(1, B, H, D, 16, dtype=torch.float32, device="cpu")
-        cache.commit_prefix(torch.tensor(lengths), np.array(lengths))
-        cache.reserve(T)
-        cache.update(new, -new, 0)
-        cache.advance(T)
-        return cache
-
-    for lengths in ([4, 4], [4, 6]):
-        cache = written(lengths)
-        for b, n in enumerate(lengths):
-            assert torch.equal(cache.layers[0].keys[b, :, n:n + T], new[b])
-            assert torch.equal(cache.layers[0].values[b, :, n:n + T], -new[b])
-    index, count = torch.tensor([[0, 1, -1], [0, 1, 2]]), torch.tensor([2, 3])
-    fast, slow = written([4, 6]), written([4, 6])
-    fast.commit(index, count, count.numpy(), index.numpy())
-    slow.commit(index, count, count.numpy())
-    assert fast.host_length.tolist() == slow.host_length.tolist() == [6, 9]
-    for b, n in enumerate(fast.host_length):  # committed slots agree (the slow path also scribbles on free ones)
-        assert torch.equal(fast.layers[0].keys[b, :, :n], slow.layers[0].keys[b, :, :n])
-    moved, ref = written([4, 4]), written([4, 4])
-    jump = torch.tensor([[0, 2], [0, 1]])  # row 0 keeps node 2 after the root: K/V must move
-    moved.commit(jump, torch.tensor([2, 2]), np.array([2, 2]), jump.numpy())
-    assert torch.equal(moved.layers[0].keys[0, :, 5], new[0, :, 2])
-    assert torch.equal(moved.layers[0].keys[1, :, 5], ref.layers[0].keys[1, :, 5])
-
-
-@pytest.mark.parametrize("T", [1, 6, 33, 70])
-def test_chain_constructor_matches_general_derivations(T):
-    tokens = torch.randint(0, 50, (3, T))
-    num_nodes = torch.tensor([T, max(1, T // 2), 1])
-    chain = TreeBatch.chain(tokens, num_nodes)
-    general = TreeBatch(tokens, (torch.arange(T) - 1).expand(3, T).contiguous(), num_nodes)
-    assert torch.equal(chain.depth, general._depth_torch())
-    assert torch.equal(chain.ancestor_mask, general._ancestor_mask_torch())
-    assert torch.equal(chain.paths, general.paths) and chain.max_depth == T - 1
-    chain.validate()
-
-
-def test_root_only_tree_metadata():
-    tree = TreeBatch(torch.tensor([[5], [7]]), torch.full((2, 1), -1), torch.ones(2, dtype=torch.int64))
-    assert torch.equal(tree.depth, torch.zeros(2, 1, dtype=torch.int64))
-    assert torch.equal(tree.ancestor_mask, pack_bits(torch.ones(2, 1, 1, dtype=torch.bool)))
-
-
-@pytest.mark.hf
-@pytest.mark.parametrize("arch", sorted(ARCHS))
-@pytest.mark.parametrize("backend", ["torch", "sdpa"])
-def test_identity_with_backend_forced(arch, backend):
-    """The identity grid's two shapes (plain decoding, a draft tree) on a ragged batch, each backend forced."""
-    target = make_model(arch)
-    ids, mask = ragged_prompts([5, 11, 8])
-    ref = target.generate(ids, attention_mask=mask, max_new_tokens=16, do_sample=False, pad_token_id=0)
-    for supplier in (specdec.ARSupplier(),
-                     specdec.DraftSupplier(perturbed(target), mode="tree", depth=4, topk=3, total_tokens=10,
-                                           backend=backend)):
-        gen = specdec.SpeculativeGenerator(target, supplier, backend=backend)
-        out = gen.generate(ids, attention_mask=mask, max_new_tokens=16, pad_token_id=0)  # the model's EOS applies to both
-        assert torch.equal(out.sequences, ref), f"{arch}/{backend}/{type(supplier).__name__}"
-
-
-@pytest.mark.parametrize("padded", [False, True])
-@pytest.mark.parametrize("T", [1, 5])
-def test_prompt_rides_the_first_verification(padded, T):
-    """verify(prompt=...) equals prefill then verify: the same acceptance, the same committed K/V."""
-    target = make_model("llama")
-    ids, mask = ragged_prompts([9, 6] if padded else [9, 9])
-    start = (mask == 0).sum(1)
-    shape = make_tree("random", 2, T, seed=T)  # rooted at each prompt's last token; distinct tokens
-    tokens = torch.cat([ids[:, -1:], torch.arange(10, 9 + T).expand(2, T - 1)], 1)
-    tree = TreeBatch.from_parents(tokens, shape.parents, shape.num_nodes)
-    results = []
-    for fused in (True, False):
-        verifier = specdec.TreeVerifier(target)
-        cache = verifier.new_cache(2, 40)
-        prompt = specdec.verify.PromptBlock(ids[:, :-1], start)
-        if fused:
-            acc = verifier.verify(tree, cache, prompt=prompt)
-        else:
-            verifier.prefill(cache, *prompt)
-            acc = verifier.verify(tree, cache)
-        results.append((acc, cache))
-    (a, ca), (b, cb) = results
-    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.node_index, b.node_index)
-    assert ca.host_length.tolist() == cb.host_length.tolist() and torch.equal(ca.length, cb.length)
-    for la, lb in zip(ca.layers, cb.layers):
-        for b_, n in enumerate(ca.host_length):
-            s = int(start[b_])
-            torch.testing.assert_close(la.keys[b_, :, s:n], lb.keys[b_, :, s:n], atol=1e-5, rtol=1e-5)
-
-
 def test_prompt_block_and_tree_plan_is_causal_then_masked():
     """An unpadded prompt block with a tree: the block runs causally with no mask, the tree rows masked."""
     B, Hq, Hkv, D, P, T = 2, 4, 2, 8, 6, 4
@@ -246,23 +150,3 @@ def test_prompt_block_and_tree_plan_is_causal_then_masked():
                          causal_rows=P).causal_rows == 0
     assert ops.sdpa_plan(zeros, zeros, mask, P + T + 1, host_start=host0, host_length=host0,
                          causal_rows=P).causal_rows == 0
-
-
-def test_prompt_tree_mask_worked_example():
-    root_child = TreeBatch.from_parents([[5, 6]], [[-1, 0]]).ancestor_mask
-    mask = specdec.tree.prompt_tree_mask(torch.tensor([1]), 2, root_child)
-    assert mask[0, :, 0].tolist() == [0b0001, 0b0010, 0b0110, 0b1110]
-
-
-def test_prompt_block_errors():
-    target = make_model("llama")
-    verifier = specdec.TreeVerifier(target)
-    cache = verifier.new_cache(1, 20)
-    tree = TreeBatch.from_parents([[5]], [[-1]])
-    with pytest.raises(ValueError, match=r"prompt: input_ids: expected a \[1, P\] tensor"):
-        verifier.verify(tree, cache, prompt=specdec.verify.PromptBlock(torch.zeros(2, 3, dtype=torch.int64),
-                                                                      torch.zeros(1, dtype=torch.int64)))
-    verifier.verify(tree, cache)
-    with pytest.raises(ValueError, match="cache: a prompt block needs an empty cache"):
-        verifier.verify(tree, cache, prompt=specdec.verify.PromptBlock(torch.zeros(1, 3, dtype=torch.int64),
-                                                                      torch.zeros(1, dtype=torch.int64)))

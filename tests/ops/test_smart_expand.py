@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from specdec.ops._backend import triton_runnable
-from specdec.ops.smart_expand import Expansion, smart_cost, smart_expand, smart_expand_ref
+from specdec.ops.smart_expand import smart_cost, smart_expand, smart_expand_ref
+from tests.helpers import assert_same_expansion, expand_case
 
 INF = float("-inf")
 needs_triton = pytest.mark.skipif(not triton_runnable(torch.device("cuda" if torch.cuda.is_available() else "cpu")),
@@ -24,29 +25,6 @@ def small_tiles(monkeypatch):
     """Vocabulary tiles of 32 so that tiny vocabularies still cross several tiles under the interpreter."""
     if DEVICE == "cpu":
         monkeypatch.setattr(se, "BLOCK_V", 32)
-
-
-def case(B: int, F: int, V: int, *, seed: int = 0, scale: float = 3.0, dtype=torch.float32,
-         inactive: float = 0.25) -> dict:
-    """Random draft logits and tree stats; about `inactive` of the frontier slots are -inf (never all of a row)."""
-    gen = torch.Generator().manual_seed(seed)
-    logits = (scale * torch.randn(B, F, V, generator=gen)).to(dtype)
-    flogp = -2.0 * torch.rand(B, F, generator=gen)
-    off = torch.rand(B, F, generator=gen) < inactive
-    off[:, 0] = False
-    flogp[off] = INF
-    tree_size = torch.randint(1, 6, (B,), generator=gen)
-    return dict(logits=logits.to(DEVICE), frontier_logp=flogp.to(DEVICE), tree_size=tree_size.to(DEVICE),
-                expected_len=(1.0 + torch.rand(B, generator=gen)).to(DEVICE),
-                num_paths=torch.randint(1, 4, (B,), generator=gen).to(DEVICE),
-                cost=torch.tensor([1.0, 0.05, 0.02, 0.05, 1.2], device=DEVICE))
-
-
-def assert_same(a: Expansion, b: Expansion, *, atol: float, rtol: float) -> None:
-    for name in ("tokens", "parent_slot", "keep", "tree_size"):
-        assert torch.equal(getattr(a, name), getattr(b, name)), name
-    torch.testing.assert_close(a.logp, b.logp, atol=atol, rtol=rtol)
-    torch.testing.assert_close(a.expected_len, b.expected_len, atol=atol, rtol=rtol)
 
 
 # --------------------------------------------------------------------------- the reference, by hand
@@ -105,7 +83,7 @@ def test_ref_ties_break_by_token_then_candidate():
 
 
 def test_ref_structure():
-    c = case(3, 5, 50, seed=1)
+    c = expand_case(3, 5, 50, seed=1)
     out = smart_expand_ref(**c, k=4, alpha=0.8, budget=12)
     B, FK = out.tokens.shape
     assert (B, FK) == (3, 20)
@@ -126,23 +104,23 @@ def test_ref_structure():
 @pytest.mark.parametrize("V", [50, 97, 130])
 @pytest.mark.parametrize("benefit", ["paper", "expected"])
 def test_triton_matches_ref(small_tiles, dtype, atol, rtol, V, benefit):
-    c = case(3, 4, V, seed=V, dtype=dtype)
+    c = expand_case(3, 4, V, seed=V, dtype=dtype)
     args = dict(k=3, alpha=0.8, budget=10, benefit=benefit)
     ref = smart_expand_ref(**c, **args)
     assert ref.keep.any() and not ref.keep.all()  # the prefix test decides somewhere inside the rows
-    assert_same(smart_expand(**c, **args, backend="triton"), ref, atol=atol, rtol=rtol)
+    assert_same_expansion(smart_expand(**c, **args, backend="triton"), ref, atol=atol, rtol=rtol)
 
 
 @needs_triton
 def test_triton_budget_mid_row_and_noncontiguous(small_tiles):
-    c = case(2, 3, 97, seed=5, scale=2.0, inactive=0.0)
+    c = expand_case(2, 3, 97, seed=5, scale=2.0, inactive=0.0)
     c["logits"] = c["logits"].transpose(1, 2).contiguous().transpose(1, 2)  # V-stride 3
     c["tree_size"] = torch.tensor([1, 3], device=DEVICE)
     c["cost"] = torch.tensor([1.0, 0.001, 0.0, 0.0, 1.0], device=DEVICE)  # cheap: only the budget stops
     args = dict(k=4, alpha=1.0, budget=6, benefit="expected")
     ref = smart_expand_ref(**c, **args)
     assert (ref.tree_size == 6).all()
-    assert_same(smart_expand(**c, **args, backend="triton"), ref, atol=2e-6, rtol=1e-6)
+    assert_same_expansion(smart_expand(**c, **args, backend="triton"), ref, atol=2e-6, rtol=1e-6)
 
 
 @needs_triton
@@ -161,7 +139,7 @@ def test_triton_exact_ties(small_tiles):
         ref = smart_expand_ref(**c, k=5, alpha=0.8, budget=20, benefit=benefit)
         assert ref.keep.any() and not ref.keep.all()
         out = smart_expand(**c, k=5, alpha=0.8, budget=20, benefit=benefit, backend="triton")
-        assert_same(out, ref, atol=2e-6, rtol=1e-6)  # the log-sum-exp may differ in the last bit
+        assert_same_expansion(out, ref, atol=2e-6, rtol=1e-6)  # the log-sum-exp may differ in the last bit
 
 
 @needs_triton
@@ -176,7 +154,7 @@ def test_triton_topk_across_tiles(small_tiles):
              num_paths=torch.tensor([1], device=DEVICE), cost=torch.tensor([1.0, 0.1, 0.0, 0.0, 1.0], device=DEVICE))
     for k in (5, 40):
         ref = smart_expand_ref(**c, k=k, alpha=0.8, budget=500)
-        assert_same(smart_expand(**c, k=k, alpha=0.8, budget=500, backend="triton"), ref, atol=2e-6, rtol=1e-6)
+        assert_same_expansion(smart_expand(**c, k=k, alpha=0.8, budget=500, backend="triton"), ref, atol=2e-6, rtol=1e-6)
     assert sorted(ref.tokens[0, :2].tolist()) == [0, 129]  # the best children of the two ramps
 
 
@@ -200,12 +178,12 @@ def test_triton_one_hot_exact(small_tiles):
     assert out.keep.sum(-1).tolist() == [3, 1]
     # logp is exact (checked above); expected_len sums exp(logp), and a GPU's tl.exp (ex2.approx) may differ
     # from torch's exp in the last bit.
-    assert_same(out, smart_expand_ref(**c, k=k, alpha=1.0, budget=50, benefit="expected"), atol=0.0, rtol=1e-6)
+    assert_same_expansion(out, smart_expand_ref(**c, k=k, alpha=1.0, budget=50, benefit="expected"), atol=0.0, rtol=1e-6)
 
 
 @needs_triton
 def test_triton_empty_frontier(small_tiles):
-    c = case(2, 2, 50)
+    c = expand_case(2, 2, 50)
     c["frontier_logp"] = torch.full((2, 2), INF, device=DEVICE)
     out = smart_expand(**c, k=2, alpha=0.8, budget=10, backend="triton")
     assert not out.keep.any() and (out.tokens == -1).all()
@@ -232,7 +210,7 @@ def test_triton_empty_frontier(small_tiles):
     (dict(cost=torch.ones(4)), ValueError, r"cost: expected shape \[5\]"),
 ])
 def test_bad_arguments(change, error, match):
-    c = {**case(2, 3, 50), "k": 2, "alpha": 0.8, "budget": 8}
+    c = {**expand_case(2, 3, 50), "k": 2, "alpha": 0.8, "budget": 8}
     c = {key: value.cpu() if isinstance(value, torch.Tensor) else value for key, value in c.items()}
     with pytest.raises(error, match=match):
         smart_expand(**{**c, **change})
@@ -240,7 +218,7 @@ def test_bad_arguments(change, error, match):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_bad_device():
-    c = {**case(2, 3, 50), "k": 2, "alpha": 0.8, "budget": 8}
+    c = {**expand_case(2, 3, 50), "k": 2, "alpha": 0.8, "budget": 8}
     with pytest.raises(ValueError, match="cost: on cpu"):
         smart_expand(**{**c, "cost": c["cost"].cpu()})
 
@@ -252,7 +230,7 @@ def test_bad_device():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("benefit", ["paper", "expected"])
 def test_gpu_real_size(dtype, benefit):
-    c = case(32, 64, 32000, seed=11, dtype=dtype, scale=4.0)
+    c = expand_case(32, 64, 32000, seed=11, dtype=dtype, scale=4.0)
     args = dict(k=8, alpha=0.8, budget=64, benefit=benefit)
     ref = smart_expand_ref(**c, **args)
     out = smart_expand(**c, **args, backend="triton")

@@ -11,16 +11,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 import specdec
-from conftest import assert_gpu_generation_identity, make_model, perturbed, ragged_prompts
-from conftest import make_tree as _make_tree
 from specdec import ops
 from specdec.tree import TreeBatch, pack_bits
+from tests.helpers import (ROOT, assert_gpu_generation_identity, attention_inputs, make_model, perturbed,
+                           ragged_prompts)
+from tests.helpers import make_tree as _make_tree
 
 pytest.importorskip("triton")
 
@@ -32,17 +32,6 @@ FP16 = (torch.float16, 3e-3, 3e-3)
 
 def make_tree(kind: str, B: int, T: int, seed: int) -> TreeBatch:
     return _make_tree(kind, B, T, seed, device=DEVICE)
-
-
-def inputs(B: int, Hq: int, Hkv: int, T: int, D: int, prefix: int, dtype: torch.dtype, seed: int):
-    """q [B, Hq, T, D], k/v [B, Hkv, S, D] and ragged start/length [B]: row b's prefix shrinks with b."""
-    gen = torch.Generator().manual_seed(seed)
-    length = torch.tensor([max(prefix - 3 * b, 0) for b in range(B)])
-    start = torch.minimum(torch.tensor([0, 2, 5, 1][:B] + [0] * max(B - 4, 0)), length)
-    S = prefix + T + 5
-    q, k, v = (torch.randn(shape, generator=gen).to(DEVICE, dtype) for shape in
-               ((B, Hq, T, D), (B, Hkv, S, D), (B, Hkv, S, D)))
-    return q, k, v, start.to(DEVICE), length.to(DEVICE)
 
 
 def check(q, k, v, start, length, mask, atol, rtol, **kwargs):
@@ -59,7 +48,7 @@ def check(q, k, v, start, length, mask, atol, rtol, **kwargs):
 def test_matches_reference(T, prefix, Hq, Hkv):
     dtype, atol, rtol = FP32
     tree = make_tree("random", 3, T, seed=T + prefix)
-    q, k, v, start, length = inputs(3, Hq, Hkv, T, 16, prefix, dtype, seed=T * 100 + prefix + Hq)
+    q, k, v, start, length = attention_inputs(3, Hq, Hkv, T, 16, prefix, dtype, seed=T * 100 + prefix + Hq)
     check(q, k, v, start, length, tree.ancestor_mask, atol, rtol)
 
 
@@ -70,7 +59,7 @@ def test_dtypes_head_dims_and_shapes(dtype, atol, rtol, D, kind):
     """T = 130 (the chain) spans several row tiles, so tree tiles above the diagonal are skipped."""
     T = {"chain": 130, "star": 7, "random": 33}[kind]
     tree = make_tree(kind, 3, T, seed=D)
-    q, k, v, start, length = inputs(3, 4, 2, T, D, 45, dtype, seed=D)
+    q, k, v, start, length = attention_inputs(3, 4, 2, T, D, 45, dtype, seed=D)
     check(q, k, v, start, length, tree.ancestor_mask, atol, rtol)
 
 
@@ -79,7 +68,7 @@ def test_other_head_dims(D):
     """Head dims padded up to a power of two (24) and the large ones real models use (64, 128)."""
     dtype, atol, rtol = FP32
     tree = make_tree("random", 2, 5, seed=D)
-    q, k, v, start, length = inputs(2, 4, 2, 5, D, 45, dtype, seed=D)
+    q, k, v, start, length = attention_inputs(2, 4, 2, 5, D, 45, dtype, seed=D)
     check(q, k, v, start, length, tree.ancestor_mask, atol, rtol)
 
 
@@ -89,7 +78,7 @@ def test_split_prefix(dtype, atol, rtol, T, prefix, num_splits):
     """Forced prefix splits merged by log-sum-exp: several chunks, empty splits (more splits than
     prefix tiles), and no prefix at all (only the last split, which holds the tree, sees anything)."""
     tree = make_tree("random", 3, T, seed=prefix)
-    q, k, v, start, length = inputs(3, 4, 2, T, 16, prefix, dtype, seed=num_splits)
+    q, k, v, start, length = attention_inputs(3, 4, 2, T, 16, prefix, dtype, seed=num_splits)
     out = check(q, k, v, start, length, tree.ancestor_mask, atol, rtol, num_splits=num_splits)
     unsplit = ops.tree_attention(q, k, v, start, length, tree.ancestor_mask, backend="triton", num_splits=1)
     torch.testing.assert_close(out, unsplit, atol=atol, rtol=rtol)
@@ -106,7 +95,7 @@ def test_wide_mask(dtype, atol, rtol, num_splits):
     bits[:, :, 70:] = False  # the region written so far: 70 slots, the queries at 67, 68, 69
     bits[:, torch.arange(T), 67 + torch.arange(T)] = True
     bits[1, 2] = False
-    q, k, v, _, _ = inputs(B, 4, 2, T, 16, 90, dtype, seed=3)  # S = 98 slots
+    q, k, v, _, _ = attention_inputs(B, 4, 2, T, 16, 90, dtype, seed=3)  # S = 98 slots
     start, length = torch.tensor([3, 0], device=DEVICE), torch.tensor([20, 0], device=DEVICE)
     out = check(q, k, v, start, length, pack_bits(bits).to(DEVICE), atol, rtol, num_splits=num_splits)
     assert out[1, :, 2].abs().max() == 0
@@ -126,7 +115,7 @@ def test_reads_no_slot_outside_prefix_and_tree(num_splits):
     dtype, atol, rtol = FP32
     B, T, prefix = 3, 7, 45
     tree = make_tree("random", B, T, seed=2)
-    q, k, v, start, length = inputs(B, 4, 2, T, 16, prefix, dtype, seed=2)
+    q, k, v, start, length = attention_inputs(B, 4, 2, T, 16, prefix, dtype, seed=2)
     want = ops.tree_attention(q, k, v, start, length, tree.ancestor_mask, backend="torch")
     slots = torch.arange(k.shape[2], device=DEVICE)[None, :]
     outside = ((slots < start[:, None]) | (slots >= length[:, None] + T))[:, None, :, None]
@@ -141,7 +130,7 @@ def test_noncontiguous_inputs_and_out():
     dtype, atol, rtol = FP32
     B, Hq, Hkv, T, D, P = 2, 4, 2, 7, 16, 30
     tree = make_tree("random", B, T, seed=5)
-    q0, k0, v0, start, length = inputs(B, Hq, Hkv, T, D, P, dtype, seed=5)
+    q0, k0, v0, start, length = attention_inputs(B, Hq, Hkv, T, D, P, dtype, seed=5)
     q = q0.transpose(1, 2).contiguous().transpose(1, 2)  # [B, Hq, T, D] view of [B, T, Hq, D]
     k = torch.cat([k0, k0], 2)[:, :, : k0.shape[2]]  # a slice of a larger cache buffer
     v = v0.transpose(1, 2).contiguous().transpose(1, 2)
@@ -160,7 +149,7 @@ def test_noncontiguous_inputs_and_out():
 def test_triton_backend_unavailable_raises(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")  # CPU tensors without the interpreter: nothing can run them
     tree = make_tree("chain", 1, 3, seed=0)
-    q, k, v, start, length = (t.cpu() for t in inputs(1, 2, 2, 3, 16, 4, torch.float32, seed=0))
+    q, k, v, start, length = (t.cpu() for t in attention_inputs(1, 2, 2, 3, 16, 4, torch.float32, seed=0))
     with pytest.raises(ValueError, match="backend: 'triton' cannot run on cpu"):
         ops.tree_attention(q, k, v, start, length, tree.ancestor_mask.cpu(), backend="triton")
 
@@ -168,7 +157,7 @@ def test_triton_backend_unavailable_raises(monkeypatch):
 @pytest.mark.parametrize("num_splits", [0, -1, 1.5])
 def test_bad_num_splits(num_splits):
     tree = make_tree("chain", 1, 3, seed=0)
-    q, k, v, start, length = inputs(1, 2, 2, 3, 16, 4, torch.float32, seed=0)
+    q, k, v, start, length = attention_inputs(1, 2, 2, 3, 16, 4, torch.float32, seed=0)
     with pytest.raises(ValueError, match="num_splits: expected None or an int >= 1"):
         ops.tree_attention(q, k, v, start, length, tree.ancestor_mask, backend="triton", num_splits=num_splits)
 
@@ -237,7 +226,7 @@ def test_kernels_compile_for_hopper_without_a_gpu():
     """Triton compiles every kernel for sm_90 (the H200) at real sizes, launch skipped: catches code the
     interpreter accepts but the compiler does not, and shared memory beyond Hopper's 227 KiB."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     run = subprocess.run([sys.executable, "-c", HOPPER_COMPILE], capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.splitlines()
@@ -260,7 +249,7 @@ def test_gpu_real_sizes_error_within_twice_torch(dtype, num_splits):
     are a few ulps either way: bounded absolutely."""
     B, Hq, Hkv, D, T, prefix = 4, 32, 8, 128, 64, 1300
     tree = make_tree("random", B, T, seed=11)
-    q, k, v, start, length = inputs(B, Hq, Hkv, T, D, prefix, dtype, seed=11)
+    q, k, v, start, length = attention_inputs(B, Hq, Hkv, T, D, prefix, dtype, seed=11)
     mask, scale = tree.ancestor_mask, D**-0.5
     ours = ops.tree_attention(q, k, v, start, length, mask, backend="triton", num_splits=num_splits)
     exact = ops.tree_attention_ref(q.double(), k.double(), v.double(), start, length, mask, scale=scale)
