@@ -1,5 +1,5 @@
-"""The suite's fixtures: no gradients, and the fixtures several modules share. Builders and asserts live in
-tests/helpers.py."""
+"""The suite's hook and fixtures: the `gpu` marker's skips, no gradients, and the fixtures several modules
+share. Builders and asserts live in tests/helpers.py."""
 
 from __future__ import annotations
 
@@ -18,6 +18,25 @@ from tokenizers.models import WordLevel
 from transformers import PreTrainedTokenizerFast
 
 from tests.helpers import ARCHS, VOCAB, make_model, perturbed
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip `gpu` tests without a CUDA device, and `gpu(extension=True)` ones without the compiled extension
+    too (the markers' meaning: pyproject.toml); the one place the suite decides what needs a GPU."""
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu:
+        return
+    if not torch.cuda.is_available():
+        for item in gpu:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
+        return
+    from specdec.ops._backend import cuda_extension_built
+
+    if not cuda_extension_built():
+        reason = "needs the compiled extension specdec._C (SPECDEC_BUILD_CUDA=1 pip install --no-build-isolation -e .)"
+        for item in gpu:
+            if item.get_closest_marker("gpu").kwargs.get("extension"):
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(autouse=True)

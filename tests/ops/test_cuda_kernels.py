@@ -3,7 +3,7 @@ against a planted error where nvcc exists, and (``gpu``) parity with the torch r
 kernels over the Triton tests' shape grids, plus the generation loop's output identity.
 
 The GPU tests need the extension built (``SPECDEC_BUILD_CUDA=1 pip install --no-build-isolation -e .``);
-they skip without a CUDA device or without the extension.
+tests/conftest.py skips them without a CUDA device or without the extension.
 """
 
 from __future__ import annotations
@@ -24,9 +24,6 @@ from specdec.tree import pack_bits
 from tests.helpers import (ROOT, assert_gpu_generation_identity, assert_same_expansion, attention_inputs,
                            exact_logprob, expand_case, logprob_inputs, make_tree, path_mean_inputs)
 
-HAS_CUDA = torch.cuda.is_available()
-needs_extension = pytest.mark.skipif(not (HAS_CUDA and _backend.cuda_extension_built()),
-                                     reason="needs a CUDA device and the compiled extension specdec._C")
 CUDA = torch.device("cuda")
 
 
@@ -165,8 +162,7 @@ def _check_attention(q, k, v, start, length, mask, **kwargs):
     return out
 
 
-@pytest.mark.gpu
-@needs_extension
+@pytest.mark.gpu(extension=True)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("T", [1, 2, 7, 33, 130])
 @pytest.mark.parametrize("prefix", [0, 1, 45])
@@ -177,8 +173,7 @@ def test_gpu_attention_matches_reference_and_triton(dtype, T, prefix, Hq, Hkv):
                      tree.ancestor_mask)
 
 
-@pytest.mark.gpu
-@needs_extension
+@pytest.mark.gpu(extension=True)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("D", [16, 24, 32, 64, 80, 128, 256])
 @pytest.mark.parametrize("kind", ["chain", "star", "random"])
@@ -188,8 +183,7 @@ def test_gpu_attention_head_dims_and_shapes(dtype, D, kind):
     _check_attention(q, k, v, start, length, _tree(kind, 3, T, seed=D).ancestor_mask)
 
 
-@pytest.mark.gpu
-@needs_extension
+@pytest.mark.gpu(extension=True)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("T, prefix, num_splits", [(7, 300, 2), (7, 300, 3), (33, 140, 3), (2, 45, 5), (7, 0, 4),
                                                    (64, 1300, 32)])
@@ -202,8 +196,7 @@ def test_gpu_attention_split_prefix(dtype, T, prefix, num_splits):
                                atol=atol, rtol=rtol)
 
 
-@pytest.mark.gpu
-@needs_extension
+@pytest.mark.gpu(extension=True)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("num_splits", [1, 2])
 def test_gpu_attention_wide_mask_and_garbage_slots(dtype, num_splits):
@@ -231,8 +224,7 @@ def test_gpu_attention_wide_mask_and_garbage_slots(dtype, num_splits):
     torch.testing.assert_close(dirty, out, atol=0, rtol=0)
 
 
-@pytest.mark.gpu
-@needs_extension
+@pytest.mark.gpu(extension=True)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gpu_attention_noncontiguous_and_out(dtype):
     """Strided q/v/mask (HF layouts are transposes), a slice of a larger cache (k), int32 start/length as
@@ -257,8 +249,7 @@ def test_gpu_attention_noncontiguous_and_out(dtype):
                                atol=atol, rtol=rtol)
 
 
-@pytest.mark.gpu
-@needs_extension
+@pytest.mark.gpu(extension=True)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("num_splits", [None, 1, 6])
 def test_gpu_attention_real_sizes_error_within_twice_torch(dtype, num_splits):
@@ -283,8 +274,7 @@ def test_gpu_attention_real_sizes_error_within_twice_torch(dtype, num_splits):
         assert err <= 2 * in_precision and err <= 2 * upcast, (err, in_precision, upcast)
 
 
-@pytest.mark.gpu
-@needs_extension
+@pytest.mark.gpu(extension=True)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("V", [50, 97, 130, 32000])
 @pytest.mark.parametrize("benefit", ["paper", "expected"])
@@ -297,8 +287,7 @@ def test_gpu_smart_expand_matches_reference_and_triton(dtype, V, benefit):
     assert_same_expansion(out, ops.smart_expand(**c, **args, backend="triton"), atol=2e-6, rtol=1e-6)
 
 
-@pytest.mark.gpu
-@needs_extension
+@pytest.mark.gpu(extension=True)
 def test_gpu_smart_expand_ties_budget_topk_and_empty():
 
     gen = torch.Generator().manual_seed(3)
@@ -333,8 +322,7 @@ def test_gpu_smart_expand_ties_budget_topk_and_empty():
     assert torch.equal(out.tree_size, e["tree_size"].to(torch.int64))
 
 
-@pytest.mark.gpu
-@needs_extension
+@pytest.mark.gpu(extension=True)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("benefit", ["paper", "expected"])
 def test_gpu_smart_expand_real_size(dtype, benefit):
@@ -353,8 +341,7 @@ def test_gpu_smart_expand_real_size(dtype, benefit):
     assert ((out.tree_size - ref.tree_size).abs() <= 1).all()
 
 
-@pytest.mark.gpu
-@needs_extension
+@pytest.mark.gpu(extension=True)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("N, V, d", [(1, 97, 16), (5, 130, 40), (33, 97, 40), (5, 1000, 16), (33, 1000, 40),
                                      (1, 130, 40), (300, 32000, 896)])
@@ -373,8 +360,7 @@ def test_gpu_token_logprob_matches_exact_and_triton(dtype, N, V, d, bias):
     assert torch.equal(out, ops.token_logprob(hidden, weight, targets, bias=b, backend="cuda"))  # deterministic
 
 
-@pytest.mark.gpu
-@needs_extension
+@pytest.mark.gpu(extension=True)
 def test_gpu_token_logprob_strided():
 
     hidden, weight, _, targets = logprob_inputs(5, 130, 40, dtype=torch.float32, bias=False)
@@ -385,8 +371,7 @@ def test_gpu_token_logprob_strided():
     torch.testing.assert_close(out.double(), exact_logprob(hidden, weight, targets), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.gpu
-@needs_extension
+@pytest.mark.gpu(extension=True)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("N, V", [(1, 97), (5, 1000), (33, 130), (64, 152064)])
 def test_gpu_from_logits(dtype, N, V):
@@ -404,8 +389,7 @@ def test_gpu_from_logits(dtype, N, V):
                                token_logprob_from_logits_ref(masked, t), atol=1e-6, rtol=1e-6)
 
 
-@pytest.mark.gpu
-@needs_extension
+@pytest.mark.gpu(extension=True)
 @pytest.mark.parametrize("T", [1, 7, 33, 130, 1000])
 def test_gpu_path_mean_bitwise_reference(T):
 
@@ -417,8 +401,7 @@ def test_gpu_path_mean_bitwise_reference(T):
     assert torch.equal(int32, ops.path_mean_ref(*args))
 
 
-@pytest.mark.gpu
-@needs_extension
+@pytest.mark.gpu(extension=True)
 def test_gpu_ops_trace_under_torch_compile():
     """The ops are torch.ops.specdec.* with fake kernels: opcheck passes and torch.compile(fullgraph) traces them."""
     lib = _cuda.ops()
@@ -434,8 +417,7 @@ def test_gpu_ops_trace_under_torch_compile():
                           test_utils=("test_schema", "test_faketensor"))
 
 
-@pytest.mark.gpu
-@needs_extension
+@pytest.mark.gpu(extension=True)
 @pytest.mark.parametrize("mode", ["chain", "tree"])
 def test_gpu_generator_identity_under_cuda(mode):
     """fp32: backend="cuda" == backend="torch" == model.generate(do_sample=False), token for token, on a ragged batch."""

@@ -15,7 +15,6 @@ from tests.helpers import exact_logprob, logprob_inputs, path_mean_inputs
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 needs_triton = pytest.mark.skipif(not triton_runnable(torch.device(DEVICE)),
                                   reason="triton cannot run here (no CUDA device and no TRITON_INTERPRET=1)")
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 # Triton vs the fp64 answer: fp16 products are exact in fp32, so both dtypes only see fp32 summation error.
 TOLERANCES = [(torch.float32, 1e-5, 1e-5), (torch.float16, 1e-5, 1e-5)]
 
@@ -172,7 +171,6 @@ def test_bad_arguments(call, match):
 # --------------------------------------------------------------------------- real sizes on a GPU
 
 @pytest.mark.gpu
-@needs_cuda
 @pytest.mark.parametrize("V", [32000, 152064])
 def test_gpu_bf16_no_worse_than_torch(V):
     hidden, weight, _, targets = logprob_inputs(1024, V, 896, dtype=torch.bfloat16, bias=False, seed=V)
@@ -183,7 +181,6 @@ def test_gpu_bf16_no_worse_than_torch(V):
 
 
 @pytest.mark.gpu
-@needs_cuda
 def test_gpu_from_logits_and_path_mean():
     gen = torch.Generator().manual_seed(0)
     logits = (4.0 * torch.randn(1024, 152064, generator=gen)).to(torch.bfloat16).cuda()

@@ -216,7 +216,7 @@ def test_bad_arguments(change, error, match):
         smart_expand(**{**c, **change})
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_bad_device():
     c = {**expand_case(2, 3, 50), "k": 2, "alpha": 0.8, "budget": 8}
     with pytest.raises(ValueError, match="cost: on cpu"):
@@ -226,7 +226,6 @@ def test_bad_device():
 # --------------------------------------------------------------------------- real sizes on a GPU
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("benefit", ["paper", "expected"])
 def test_gpu_real_size(dtype, benefit):

@@ -25,7 +25,6 @@ from tests.helpers import make_tree as _make_tree
 pytest.importorskip("triton")
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 FP32 = (torch.float32, 1e-5, 1e-5)
 FP16 = (torch.float16, 3e-3, 3e-3)
 
@@ -239,7 +238,6 @@ def test_kernels_compile_for_hopper_without_a_gpu():
 
 # ---------------------------------------------------------------------------------------------- GPU only
 @pytest.mark.gpu
-@needs_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("num_splits", [None, 1, 6])
 def test_gpu_real_sizes_error_within_twice_torch(dtype, num_splits):
@@ -268,7 +266,6 @@ def test_gpu_real_sizes_error_within_twice_torch(dtype, num_splits):
 
 
 @pytest.mark.gpu
-@needs_cuda
 @pytest.mark.parametrize("mode", ["chain", "tree"])
 def test_gpu_generator_identity(mode):
     """On CUDA, fp32: Triton backend == torch backend == model.generate(do_sample=False), token for token."""
