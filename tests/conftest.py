@@ -1,5 +1,5 @@
-"""The suite's hook and fixtures: the `gpu` marker's skips, no gradients, and the fixtures several modules
-share. Builders and asserts live in tests/helpers.py."""
+"""The suite's hook and fixtures: the `gpu` marker's skips, a cache folder of the run's own, no gradients, and
+the fixtures several modules share. Builders and asserts live in tests/helpers.py."""
 
 from __future__ import annotations
 
@@ -37,6 +37,20 @@ def pytest_collection_modifyitems(config, items):
         for item in gpu:
             if item.get_closest_marker("gpu").kwargs.get("extension"):
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _specdec_cache(tmp_path_factory):
+    """$SPECDEC_CACHE points at a folder of this run: tests never read or write the user's cache, and what one
+    test caches (the demo datastore, profiles) is reused within the run. A test that needs an empty cache sets
+    its own with monkeypatch."""
+    old = os.environ.get("SPECDEC_CACHE")
+    os.environ["SPECDEC_CACHE"] = str(tmp_path_factory.mktemp("specdec-cache"))
+    yield
+    if old is None:
+        del os.environ["SPECDEC_CACHE"]
+    else:
+        os.environ["SPECDEC_CACHE"] = old
 
 
 @pytest.fixture(autouse=True)
