@@ -370,7 +370,7 @@ def plain_branch_scores(scorer, context: list[int], tree: TreeBatch, row: int) -
             continue
         branch = [int(tree.tokens[row, i]) for i in nodes]
         ids = torch.tensor([context + branch])
-        lp = torch.log_softmax(logprob_inputs(input_ids=ids).logits[0].double(), -1)
+        lp = torch.log_softmax(scorer(input_ids=ids).logits[0].double(), -1)
         out[nodes[-1]] = float(np.mean([lp[len(context) - 1 + j, t].item() for j, t in enumerate(branch)]))
     return out
 
@@ -513,11 +513,11 @@ def attention_inputs(B: int, Hq: int, Hkv: int, T: int, D: int, prefix: int, dty
     return q, k, v, start.to(DEVICE), length.to(DEVICE)
 
 
-def expand_case(B: int, F: int, TINY_VOCAB: int, *, seed: int = 0, scale: float = 3.0, dtype=torch.float32,
+def expand_case(B: int, F: int, V: int, *, seed: int = 0, scale: float = 3.0, dtype=torch.float32,
          inactive: float = 0.25) -> dict:
     """Random draft logits and tree stats; about `inactive` of the frontier slots are -inf (never all of a row)."""
     gen = torch.Generator().manual_seed(seed)
-    logits = (scale * torch.randn(B, F, TINY_VOCAB, generator=gen)).to(dtype)
+    logits = (scale * torch.randn(B, F, V, generator=gen)).to(dtype)
     flogp = -2.0 * torch.rand(B, F, generator=gen)
     off = torch.rand(B, F, generator=gen) < inactive
     off[:, 0] = False
@@ -536,13 +536,13 @@ def assert_same_expansion(a: Expansion, b: Expansion, *, atol: float, rtol: floa
     torch.testing.assert_close(a.expected_len, b.expected_len, atol=atol, rtol=rtol)
 
 
-def logprob_inputs(N: int, TINY_VOCAB: int, d: int, *, dtype, bias: bool, seed: int = 0):
-    """hidden [N, d], weight [TINY_VOCAB, d], bias [TINY_VOCAB] | None, targets [N], with logits of a few units."""
+def logprob_inputs(N: int, V: int, d: int, *, dtype, bias: bool, seed: int = 0):
+    """hidden [N, d], weight [V, d], bias [V] | None, targets [N], with logits of a few units."""
     gen = torch.Generator().manual_seed(seed)
     hidden = torch.randn(N, d, generator=gen)
-    weight = 3.0 * torch.randn(TINY_VOCAB, d, generator=gen) / math.sqrt(d)
-    b = torch.randn(TINY_VOCAB, generator=gen) if bias else None
-    targets = torch.randint(0, TINY_VOCAB, (N,), generator=gen)
+    weight = 3.0 * torch.randn(V, d, generator=gen) / math.sqrt(d)
+    b = torch.randn(V, generator=gen) if bias else None
+    targets = torch.randint(0, V, (N,), generator=gen)
     cast = lambda t: None if t is None else t.to(dtype).to(DEVICE)  # noqa: E731
     return cast(hidden), cast(weight), cast(b), targets.to(DEVICE)
 

@@ -1,4 +1,4 @@
-"""Tensor-parallel decoding on every rank; launched under torchrun by tests/test_tensor_parallel.py.
+"""Tensor-parallel decoding on every rank; launched under torchrun by tests/core/test_tensor_parallel.py.
 
 argv: a directory holding the checkpoints and ``cases.json`` (written by the test), and this rank's
 result file. Each rank loads every target with ``tp_plan="auto"``, decodes each case, and records its

@@ -2,7 +2,7 @@
 on: Gumbel-top-k draws are sequential draws without replacement, the tree's structure is fixed before its
 children are drawn, the recursive rule handles a q whose support runs out, and a tree that breaks the
 conditions is caught by the distribution test. The distribution itself (with and without top-k/top-p)
-is `test_sampling.py::test_first_two_tokens_follow_the_target[tree-*]`."""
+is `tests/core/test_sampling.py::test_first_two_tokens_follow_the_target[tree-*]`."""
 
 from __future__ import annotations
 

@@ -253,7 +253,7 @@ def test_identity_draft_tree(models, tau, lengths, scorer, config):
     ids, mask = ragged_prompts(lengths)
     ref = reference(target, ids, mask, 24, eos=None)
     # the threshold rule alone: in a ragged batch, filling fixed-size trees back to the padded width often
-    # returns every cut node (the fill's identity: tests/test_valuspec_gate.py)
+    # returns every cut node (the fill's identity: tests/methods/test_valuspec_gate.py)
     filt = ValuSpecFilter(noisy if scorer == "draft" else target, tau, fill=False, **CONFIGS[config])
     gen = specdec.SpeculativeGenerator(target, specdec.DraftSupplier(noisy, mode="tree", depth=4, topk=3,
                                                                      total_tokens=10), filter=filt)
