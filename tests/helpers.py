@@ -20,7 +20,6 @@ from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralF
 
 import specdec
 from specdec.calibration import Calibration
-from specdec.cli import main
 from specdec.cost import CostModel, Curve, VerifyFit
 from specdec.datastore import Datastore
 from specdec.ops import Expansion, token_logprob_ref
@@ -130,6 +129,8 @@ CLI_PROMPTS = ["w5 w6 w7 w5 w6", "w9 w10 w11 w12 w13 w9 w10 w11 w40"]
 
 def generate_matches_hf(saved, capsys, options: list[str]) -> dict:
     """`specdec generate --json` with `options` on two prompts equals HF generate; returns the JSON."""
+    from specdec.cli import main  # the app layer: loaded only where a test runs the command line
+
     root, target, tokenizer = saved
     argv = ["generate", "--target", str(root / "target"), "--max-new-tokens", "12", "--batch-size", "2", "--device",
             "cpu", "--json", *options]
@@ -146,6 +147,8 @@ def generate_matches_hf(saved, capsys, options: list[str]) -> dict:
 
 def run_cli(capsys, argv: list[str]) -> tuple[int, list[str]]:
     """`specdec ARGV` through the entry point: its exit status and stderr lines (progress bars dropped)."""
+    from specdec.cli import main
+
     code = main([str(a) for a in argv])
     err = capsys.readouterr().err
     lines = [line for line in err.split("\n") if line.strip() and "\r" not in line]  # \r: progress bars

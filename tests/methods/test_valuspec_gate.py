@@ -20,9 +20,8 @@ from specdec.planner import StepRecord
 from specdec.tree import TreeBatch, unpack_bits
 from specdec.valuspec import BranchScorer, ValuSpecFilter, fill_to_width, keep_branches
 from tests.helpers import MODERATE as SMART_COST
-from tests.helpers import (counting, eagle_target, eos_mid_batch_case, fixed_cost, generate_matches_hf, head_tensors,
-                           make_cost, make_model, perturbed, ragged_prompts, reference, state_for, store_of_outputs,
-                           write_head)
+from tests.helpers import (counting, eagle_target, eos_mid_batch_case, fixed_cost, head_tensors, make_cost, make_model,
+                           perturbed, ragged_prompts, reference, state_for, store_of_outputs, write_head)
 
 CAL_PROMPTS = [[5, 6, 7, 8, 9], [20, 30, 40, 50]]
 
@@ -474,24 +473,3 @@ def test_audit_tells_the_sizing_cuts_from_the_rule_ones():
     # sizing keeps one candidate of each row the rule kept: the first of the chain's three
     assert f.audited == f.rows == f.false_discards and f.tokens_lost == 2 * f.rows and f.rule_discards == 0
     assert f.to_dict()["rule_discard_rate"] == 0.0 and f.nodes_kept == f.rows
-
-
-@pytest.mark.hf
-def test_generate_gates_scoring_with_a_profile_at_hand(saved, profiled, capsys, tmp_path, monkeypatch):
-    """`specdec generate --valuspec ... --profile P`: the filter's gate is a CostGate over P, asked before
-    every step with candidates; the output still equals HF generate."""
-    root = saved[0]
-    cal = specdec.Calibration(taus=(-3.0, -2.5), num_windows=(4, 3), window=2, delta=0.05, target=str(root / "target"),
-                              scorer=str(root / "draft"), num_prompts=2, max_new_tokens=12)
-    cal.save(tmp_path / "cal.json")
-    asked = []
-    plan = CostGate.plan
-    monkeypatch.setattr(CostGate, "plan", lambda self, tree, state: asked.append(tree.size) or plan(self, tree, state))
-    options = ["--method", "tree", "--draft", str(root / "draft"), "--depth", "3", "--topk", "2", "--total-tokens",
-               "6", "--valuspec", str(tmp_path / "cal.json")]
-    doc = generate_matches_hf(saved, capsys, options + ["--profile", str(profiled / "p.json")])
-    f = doc["stats"]["filter"]
-    assert len(asked) == f["steps"] > 0 and 0 <= f["steps_unscored"] <= f["steps"]
-    asked.clear()
-    generate_matches_hf(saved, capsys, options)  # no profile: no gate
-    assert asked == []
