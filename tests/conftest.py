@@ -1,10 +1,9 @@
-"""Tiny random-weight models of each supported architecture, built offline from configs."""
+"""The suite's hook and fixtures: the `gpu` marker's skips, a cache folder of the run's own, no gradients, and
+the fixtures several modules share. Builders and asserts live in tests/helpers.py."""
 
 from __future__ import annotations
 
-import copy
 import os
-import random
 
 import torch
 
@@ -14,42 +13,44 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest
-from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+from tokenizers import Tokenizer, pre_tokenizers
+from tokenizers.models import WordLevel
+from transformers import PreTrainedTokenizerFast
 
-import specdec
-
-VOCAB = 96
-_COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-               num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-               tie_word_embeddings=False)
-ARCHS = {
-    "llama": (LlamaConfig, LlamaForCausalLM, {}),
-    "qwen2": (Qwen2Config, Qwen2ForCausalLM, {}),
-    "qwen3": (Qwen3Config, Qwen3ForCausalLM, {"head_dim": 16}),
-    "mistral": (MistralConfig, MistralForCausalLM, {"sliding_window": None, "num_key_value_heads": 1}),
-}
+from tests.helpers import ARCHS, VOCAB, make_model, perturbed
 
 
-def make_model(arch: str, seed: int = 0, **overrides) -> torch.nn.Module:
-    config_cls, model_cls, extra = ARCHS[arch]
-    torch.manual_seed(seed)
-    config = config_cls(**{**_COMMON, **extra, **overrides})
-    model = model_cls(config).eval()
-    # Random init gives near-uniform logits; sharpen them so greedy paths are not decided by rounding.
-    with torch.no_grad():
-        model.lm_head.weight.mul_(8.0)
-    return model
+def pytest_collection_modifyitems(config, items):
+    """Skip `gpu` tests without a CUDA device, and `gpu(extension=True)` ones without the compiled extension
+    too (the markers' meaning: pyproject.toml); the one place the suite decides what needs a GPU."""
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu:
+        return
+    if not torch.cuda.is_available():
+        for item in gpu:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
+        return
+    from specdec.ops._backend import cuda_extension_built
+
+    if not cuda_extension_built():
+        reason = "needs the compiled extension specdec._C (SPECDEC_BUILD_CUDA=1 pip install --no-build-isolation -e .)"
+        for item in gpu:
+            if item.get_closest_marker("gpu").kwargs.get("extension"):
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
-def perturbed(model: torch.nn.Module, scale: float = 0.3, seed: int = 1) -> torch.nn.Module:
-    """A copy whose weights carry relative noise: it agrees with `model` often, not always."""
-    draft = copy.deepcopy(model)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(scale * p.std() * torch.randn(p.shape, generator=gen))
-    return draft
+@pytest.fixture(scope="session", autouse=True)
+def _specdec_cache(tmp_path_factory):
+    """$SPECDEC_CACHE points at a folder of this run: tests never read or write the user's cache, and what one
+    test caches (the demo datastore, profiles) is reused within the run. A test that needs an empty cache sets
+    its own with monkeypatch."""
+    old = os.environ.get("SPECDEC_CACHE")
+    os.environ["SPECDEC_CACHE"] = str(tmp_path_factory.mktemp("specdec-cache"))
+    yield
+    if old is None:
+        del os.environ["SPECDEC_CACHE"]
+    else:
+        os.environ["SPECDEC_CACHE"] = old
 
 
 @pytest.fixture(autouse=True)
@@ -58,46 +59,36 @@ def _no_grad():
         yield
 
 
-def ragged_prompts(lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded prompts with the given lengths (pad id 0); tokens avoid the special ids 0-2."""
-    gen = torch.Generator().manual_seed(seed)
-    P = max(lengths)
-    ids = torch.zeros(len(lengths), P, dtype=torch.int64)
-    mask = torch.zeros_like(ids)
-    for b, n in enumerate(lengths):
-        # repeat a short motif so prompt lookup finds matches
-        motif = torch.randint(3, VOCAB, (max(2, n // 3),), generator=gen)
-        ids[b, P - n:] = motif.repeat(n // len(motif) + 1)[:n]
-        mask[b, P - n:] = 1
-    return ids, mask
+@pytest.fixture(scope="module", params=sorted(ARCHS))
+def models(request):
+    """(arch, target, a perturbed draft) for each tiny architecture."""
+    target = make_model(request.param)
+    return request.param, target, perturbed(target)
 
 
-def make_tree(kind: str, B: int, T: int, seed: int, device: torch.device | str = "cpu"):
-    """A chain, a star or a random tree per row; rows after the first are ragged (padding nodes)."""
-    from specdec.tree import TreeBatch
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A tiny Llama target, a perturbed draft and a word-level tokenizer w0..w95, saved like hub checkpoints."""
+    root = tmp_path_factory.mktemp("models")
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, VOCAB)}}
+    tok = Tokenizer(WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+    target = make_model("llama")
+    for name, model in (("target", target), ("draft", perturbed(target))):
+        model.save_pretrained(root / name)
+        tokenizer.save_pretrained(root / name)
+    return root, target, tokenizer
 
-    rng = random.Random(seed)
-    if kind == "chain":
-        parents = [[-1] + list(range(T - 1))] * B
-    elif kind == "star":
-        parents = [[-1] + [0] * (T - 1)] * B
-    else:
-        parents = [[-1] + [rng.randrange(i) for i in range(1, T)] for _ in range(B)]
-    num_nodes = [T] + [rng.randint(1, T) for _ in range(B - 1)]
-    return TreeBatch.from_parents([list(range(T))] * B, parents, num_nodes, device=device)
 
+@pytest.fixture(scope="module")
+def profiled(saved, tmp_path_factory):
+    """`specdec profile` of the saved pair at batch sizes 1 and 2: the folder holding p.json and fit.png."""
+    from specdec.app.cli import main
 
-def assert_gpu_generation_identity(backend: str, mode: str) -> None:
-    """On CUDA, fp32, a ragged batch: `backend` == "torch" == model.generate(do_sample=False), token for token."""
-    target = make_model("llama").cuda()
-    draft = perturbed(target)
-    ids, mask = (t.cuda() for t in ragged_prompts([5, 11, 8]))
-    ref = target.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0)
-    outs = {}
-    for name in (backend, "torch"):
-        supplier = specdec.DraftSupplier(draft, mode=mode, depth=4, topk=3, total_tokens=10, backend=name)
-        gen = specdec.SpeculativeGenerator(target, supplier, backend=name)
-        outs[name] = gen.generate(ids, attention_mask=mask, max_new_tokens=24, pad_token_id=0,
-                                  eos_token_id=[]).sequences
-    assert torch.equal(outs[backend], outs["torch"])
-    assert torch.equal(outs[backend], ref)
+    root, _, _ = saved
+    out = tmp_path_factory.mktemp("profile")
+    assert main(["profile", "--target", str(root / "target"), "--draft", str(root / "draft"), "--batch-sizes", "1,2",
+                 "--context-len", "16", "--sizes", "1,2,4,8", "--repeats", "1", "--device", "cpu",
+                 "--out", str(out / "p.json"), "--plot", str(out / "fit.png")]) == 0
+    return out

@@ -1,0 +1,109 @@
+"""SMART over an EAGLE head (EAGLE-3 + SMART): output identity with generate_with(do_sample=False) across
+plain stretches (the head's backlog of committed pairs and their target features), batch 1, ragged and
+EOS mid-batch, both layouts; when drafting never pays the head never runs; a profile taken with the head;
+argument checks."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+import specdec
+from specdec.profiling import BACKLOGS
+from tests.helpers import (MODERATE, SCHEDULE, eagle_target, fixed_cost, generate_with, head_tensors, make_model,
+                           perturbed, plan_schedule, ragged_prompts, reference, write_head)
+
+
+def random_head(tmp_path, target, kind="eagle3"):
+    return specdec.EagleHead.from_pretrained(write_head(tmp_path / kind, *head_tensors(target, kind)), target)
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize("arch, kind, case", [("llama", "eagle3", "batch1"), ("qwen3", "eagle3", "ragged3"),
+                                              ("qwen2", "eagle1", "eos")])
+def test_identity_across_plain_stretches(tmp_path, arch, kind, case):
+    """Forced depth caps (drafting steps between plain stretches of 1-6 steps): the head catches up on
+    every pair it missed, with its features, and the output is the target's greedy output."""
+    target = eagle_target(arch)
+    head = random_head(tmp_path, target, kind)
+    ids, mask = ragged_prompts([7] if case == "batch1" else [6, 10, 9], seed=3)
+    eos = []
+    if case == "eos":
+        eos = [int(reference(target, ids, mask, 24, eos=None)[0, ids.shape[1] + 6])]
+    ref = reference(target, ids, mask, 24, eos=eos[0] if eos else [])
+    sup = specdec.SmartSupplier(head, fixed_cost(**MODERATE, batch_size=ids.shape[0]), topk=2, frontier=2,
+                                max_depth=5, early_stop=kind == "eagle3", online=False)
+    backlogs = plan_schedule(sup, [0] + SCHEDULE)  # step 1 is root-only anyway: no features yet
+    out = generate_with(target, sup, ids, mask, 24, eos)
+    assert torch.equal(out.sequences, ref), f"{arch} {kind} {case}"
+    assert max(backlogs) >= 7  # plain steps of one token each, then the root: caught up in one forward
+    assert out.stats.plan.steps_drafted >= 3 and out.stats.mean_tree_size > 1.5
+
+
+@pytest.mark.hf
+def test_when_drafting_never_pays_the_head_never_runs(tmp_path):
+    target = eagle_target("llama")
+    head = random_head(tmp_path, target)
+    calls = [0]
+    head.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    ids, mask = ragged_prompts([5, 9])
+    cost = fixed_cost(**MODERATE, batch_size=2, layer=1.0, catch_up=1.0)
+    out = generate_with(target, specdec.SmartSupplier(head, cost, topk=2, frontier=2, max_depth=4), ids, mask, 12)
+    assert torch.equal(out.sequences, reference(target, ids, mask, 12, eos=[]))
+    assert calls[0] == 0 and out.stats.plan.steps_drafted == 0 and out.stats.mean_tree_size == 1.0
+
+
+@pytest.mark.hf
+def test_profile_with_a_head(tmp_path):
+    """The drafter's parts of the profile are the head's own forwards; SMART accepts the result."""
+    target = eagle_target("qwen2")
+    head = random_head(tmp_path, target)
+    prof = specdec.profile(target, head, batch_sizes=(1, 2), context_len=24, sizes=(1, 3, 8), repeats=2,
+                           progress=False)
+    for table, width in ((prof.draft_seconds, 3), (prof.catch_up_seconds, len(BACKLOGS))):
+        assert len(table) == 2 and all(len(row) == width and all(t > 0 for t in row) for row in table)
+    ids, mask = ragged_prompts([6, 8])
+    out = generate_with(target, specdec.SmartSupplier(head, prof, topk=2, frontier=2, max_depth=3), ids, mask, 10)
+    assert torch.equal(out.sequences, reference(target, ids, mask, 10, eos=[]))
+
+
+@pytest.mark.hf
+def test_argument_errors(tmp_path):
+    target = eagle_target("llama")
+    head = random_head(tmp_path, target)
+    with pytest.raises(ValueError, match="topk: 500 exceeds the draft's vocabulary"):
+        specdec.SmartSupplier(head, fixed_cost(**MODERATE), topk=500)
+    other = eagle_target("llama", seed=1)
+    with pytest.raises(ValueError, match="head: built for another target"):
+        specdec.SpeculativeGenerator(other, specdec.SmartSupplier(head, fixed_cost(**MODERATE)))
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize("drafter", ["head", "draft"])
+def test_the_planner_knows_when_a_probe_would_read_the_whole_prompt(tmp_path, drafter):
+    """Until the drafter first runs in a call, its catch-up reads the call's whole prompt (a head's prompt
+    pairs, a draft's prefill): the planner is told `cold` (such probes wait longest) until then, in every call."""
+    if drafter == "head":
+        target = eagle_target("llama")
+        model = random_head(tmp_path, target)
+    else:
+        target = make_model("llama")
+        model = perturbed(target)
+    ids, mask = ragged_prompts([6, 9], seed=1)
+    sup = specdec.SmartSupplier(model, fixed_cost(**MODERATE, batch_size=2), topk=2, frontier=2, max_depth=3,
+                                online=False)
+    planner, real, seen = sup.planner, sup.planner.plan, []
+
+    def plan(backlog=1, context=None, cold=False):
+        seen.append(cold)
+        planner._plan = replace(real(backlog, context, cold), depth=next(schedule))
+        return planner._plan
+
+    planner.plan = plan
+    for _ in range(2):
+        schedule = iter([0, 0, 2, 0, 2, 0, 0, 0])
+        generate_with(target, sup, ids, mask, 8, [])
+        assert seen[:3] == [True, True, True] and not any(seen[3:]), seen
+        seen.clear()

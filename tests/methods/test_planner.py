@@ -1,0 +1,570 @@
+"""The step planner: its depth cap equals the brute-force argmax on hand-built cost curves, and its online
+costs follow the loop's timers (level and shape)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from specdec.cost import CostModel, Curve
+from specdec.estimates import C_T_FIRST, C_T_WINDOW, Estimates, OnlineCosts
+from specdec.planner import (BACKOFF, C_T_EVERY, COLD_PROBE, MARGIN, REPLAN_EVERY, SPREAD_WEIGHT, WARM_AFTER, WARMUP,
+                             StepPlanner, StepRecord, TreeFacts)
+from tests.helpers import make_cost
+
+MAX_DEPTH = 7
+WIDTHS = np.array([1, 3, 6, 10, 15, 21, 28, 36], dtype=np.float64)  # the tree's padded width with cap D
+FORWARDS = np.array([0, 0, 1, 2, 3, 4, 5, 6], dtype=np.float64)  # layer forwards with cap D (depth 1: catch-up)
+
+
+class FixedDepths:
+    """Acceptance and growth by depth held fixed (what `DepthStats` would have learned)."""
+
+    def __init__(self, rate: float):
+        s = np.cumprod(np.full(MAX_DEPTH, rate))
+        self.steps = 100  # past the warm-up probes
+        self._e = Estimates(np.concatenate([[1.0], 1.0 + np.cumsum(s)]), [1.0] + [rate] * MAX_DEPTH,
+                            [1.0] + [rate] * MAX_DEPTH, FORWARDS, WIDTHS, 1.0)
+
+    def estimates(self) -> Estimates:
+        return self._e
+
+
+def knee_cost(knee: int, jump: float) -> CostModel:
+    """Verification flat at 5 ms up to `knee` nodes, then `jump` seconds more per node; an AR step of 4 ms
+    (3.5 ms forward, 0.5 ms loop); draft layer 0.3 ms, catch-up 0.4 ms."""
+    base = make_cost(ar_step=4e-3, loop=5e-4, layer=3e-4, catch_up=4e-4)
+    x = sorted({1.0, 2.0, float(knee), 64.0})
+    seconds = [3.5e-3 if n == 1 else 5e-3 + jump * max(n - knee, 0.0) for n in x]
+    return replace(base, use_fit=False, verify_points=Curve.through(x, seconds))
+
+
+def costly_prompt(cost: CostModel) -> CostModel:
+    """`cost` with a catch-up that grows 0.5 ms a token: over a 64-token prompt it costs about 8 AR steps."""
+    return replace(cost, catch_up=Curve((1.0, 64.0), (4e-4, 4e-4 + 63 * 5e-4)))
+
+
+def brute_force(cost: CostModel, depths: FixedDepths) -> tuple[int, float]:
+    """argmax over D of L(D) c_T / C(D), each C(D) priced part by part through the cost model's API."""
+    e = depths.estimates()
+    rates = [1.0] + [cost.speedup(e.length[d], cost.step_seconds(int(WIDTHS[d]), backlog=1, layers=FORWARDS[d]))
+                     for d in range(1, MAX_DEPTH + 1)]
+    best = int(np.argmax(rates[1:])) + 1
+    return best, rates[best]
+
+
+def test_depth_cap_is_the_brute_force_argmax():
+    chosen = []
+    for rate, knee in ((r, k) for r in (0.4, 0.7, 0.9) for k in (2, 3, 6, 10, 15, 21, 28, 36)):
+        for jump in (2e-4, 1e-3, 5e-3):
+            cost = knee_cost(knee, jump)
+            planner = StepPlanner(MAX_DEPTH, online=False)
+            planner.start(cost)
+            planner.depths = FixedDepths(rate)
+            plan = planner.plan(backlog=1)
+            best, speedup = brute_force(cost, planner.depths)
+            # A planner that starts drafting goes on while the best plan beats AR by half the margin.
+            want = best if speedup > 1 + MARGIN / 2 else 0
+            assert plan.depth == want, (rate, knee, jump, speedup)
+            assert plan.seconds == pytest.approx(cost.ar_step if want == 0 else cost.step_seconds(
+                int(WIDTHS[want]), backlog=1, layers=FORWARDS[want]))
+            chosen.append(plan.depth)
+    assert len(set(chosen)) >= 4  # the knees and rates moved the choice, plain decoding (0) included
+
+
+def test_plain_decoding_needs_the_full_margin_to_start_drafting():
+    cost = knee_cost(6, 1e-3)
+    planner = StepPlanner(MAX_DEPTH, online=False)
+    planner.start(cost)
+    planner.depths = FixedDepths(0.7)
+    _, speedup = brute_force(cost, planner.depths)
+    assert speedup > 1 + MARGIN  # drafting pays: the planner drafts ...
+    assert planner.plan().depth > 0
+    planner.state.drafting = False  # ... but had it been decoding plainly, it needs speedup > 1 + margin
+    strict = StepPlanner(MAX_DEPTH, online=False, margin=speedup - 1 + 1e-3)
+    strict.start(cost)
+    strict.depths = FixedDepths(0.7)
+    strict.state.drafting = False
+    assert strict.plan().depth == 0
+
+
+def record(width, verify, propose=0.0, accepted=(1,)):
+    return StepRecord(width, np.array(accepted), propose, 0.0, verify, 0.0)
+
+
+def test_online_costs_follow_the_timers_in_level_and_shape():
+    model = make_cost(ar_step=4e-3, loop=5e-4, layer=3e-4, catch_up=4e-4)
+    costs = OnlineCosts(model)
+    for _ in range(60):  # plain steps twice as slow as profiled; only warm ones count
+        costs.observe_ar(record(1, 8e-3), None, warm=True)
+    assert costs.ar_step == pytest.approx(8e-3, rel=0.01)
+    costs.observe_ar(record(1, 1.0), None, warm=False)
+    assert costs.ar_step == pytest.approx(8e-3, rel=0.01)
+    base8, base40 = model.verify_seconds(8), model.verify_seconds(40)
+    for i in range(80):  # width 8 verifies as profiled, width 40 3x slower (a steeper curve); catch-ups cost 1x,
+        layers = 1 + i % 4  # layers 3x (the split between them is solvable: the layer count varies)
+        facts = TreeFacts(5, layers, (4,) * layers, (8,), backlog=2)
+        propose = model.catch_up_seconds(2) + 3 * layers * model.draft_seconds(4)
+        wide = i % 2 == 1
+        costs.observe_draft(record(40 if wide else 8, 3 * base40 if wide else base8, propose, (3,)), facts, None, False)
+    # Each width bucket's correction is shrunk toward the common level by PRIOR pseudo-steps (within 25%),
+    # the shape still follows: the wide trees' correction is over twice the narrow ones'.
+    assert costs.verify(8) == pytest.approx(base8, rel=0.25)
+    assert costs.verify(40) == pytest.approx(3 * base40, rel=0.25)
+    assert costs.verify(40) / base40 > 2 * costs.verify(8) / base8
+    # The two factors are re-solved together (PRIOR pseudo-steps hold them toward the profile's 1, 1).
+    assert costs.catch_factor == pytest.approx(1.0, abs=0.25) and costs.layer_factor == pytest.approx(3.0, rel=0.1)
+    want = model.catch_up_seconds(2) + 3 * 2 * model.draft_seconds(4)
+    assert costs.draft(2, 2, 4) == pytest.approx(want, rel=0.05)
+
+
+def test_c_t_ignores_a_burst_of_stalls_and_follows_a_lasting_change():
+    """c_T is the unit of every plan: a burst of stalled plain steps (a shared CPU: 40-55 ms against 12-13 at
+    batch 8) must not lift it, or every drafting plan looks better by the same factor while the drafting
+    prices, measured only when drafting, stay where they were. A lasting change is followed within a window."""
+    model = make_cost(ar_step=4e-3, loop=5e-4)
+    costs = OnlineCosts(model)
+    costs.observe_ar(record(1, 6e-3), None, warm=True)  # the profile's value is no member: one measurement
+    assert costs.ar_step == pytest.approx(6e-3)        # replaces it
+    costs.observe_ar(record(1, 3e-2), None, warm=True)
+    costs.observe_ar(record(1, 6e-3), None, warm=True)  # three (the first c_T probe's): one stall is rejected
+    assert costs.ar_step == pytest.approx(6e-3)
+    for _ in range(40):
+        costs.observe_ar(record(1, 5e-3), None, warm=True)
+    for _ in range(C_T_WINDOW // 2):  # stalled steps at 3-10x: a running mean (weight 0.15) read 2.6x
+        costs.observe_ar(record(1, 1.5e-2 + 3.5e-2 * (_ % 2)), None, warm=True)
+    assert costs.ar_step == pytest.approx(5e-3)
+    for _ in range(C_T_WINDOW // 2 + 1):  # the machine slower for good: c_T follows within a window
+        costs.observe_ar(record(1, 7e-3), None, warm=True)
+    assert costs.ar_step == pytest.approx(7e-3)
+    seeded = OnlineCosts(replace(model, ar_step=8e-3))  # another batch size starts from this one's ratio
+    seeded.seed(costs)
+    assert seeded.ar_step == pytest.approx(14e-3)
+    seeded.observe_ar(record(1, 10e-3), None, warm=True)
+    seeded.observe_ar(record(1, 10e-3), None, warm=True)
+    assert seeded.ar_step == pytest.approx(10e-3)
+
+
+def test_online_costs_learn_the_slope_between_nearby_widths():
+    """A profile flat from 8 to 14 nodes (a batch-1 CPU) while the loop measures 14 nodes 40% dearer than 8:
+    each width up to FINE has its own correction, so a planner choosing between them sees the slope (one
+    correction for widths 8-15 priced both alike); an unmeasured width between them is interpolated."""
+    model = make_cost(ar_step=4e-3, loop=5e-4)
+    model = replace(model, use_fit=False, verify_points=Curve.through((1.0, 2.0, 16.0, 64.0), [4e-3, 5e-3, 5e-3, 9e-3]))
+    costs = OnlineCosts(model)
+    for i in range(80):
+        width = (8, 14)[i % 2]
+        costs.observe_verify(record(width, 5e-3 if width == 8 else 7e-3), None)
+    assert costs.verify(14) / costs.verify(8) > 1.2  # 1.4 measured; the shrink toward the level takes some
+    assert costs.verify(8) < costs.verify(11) < costs.verify(14)
+    assert costs.verify(8) == pytest.approx(5e-3, rel=0.1) and costs.verify(14) == pytest.approx(7e-3, rel=0.1)
+
+
+def test_frozen_costs_stay_the_profiles():
+    model = make_cost(ar_step=4e-3, loop=5e-4)
+    costs = OnlineCosts(model, online=False)
+    costs.observe_ar(record(1, 9e-3), None, warm=True)
+    costs.observe_draft(record(8, 1.0, 1.0, (3,)), TreeFacts(3, 1, (4,), (8,), backlog=2), None, False)
+    assert costs.ar_step == model.ar_step and costs.verify(8) == pytest.approx(model.verify_seconds(8))
+    assert costs.layer(4) == pytest.approx(model.draft_seconds(4))
+
+
+def test_ar_step_follows_the_context_and_a_cold_draft_is_not_probed():
+    model = replace(make_cost(ar_step=4e-3, loop=5e-4), context_slope=1e-3)  # +0.1% per token past 512
+    costs = OnlineCosts(model)
+    assert costs.ar(256) == pytest.approx(4e-3 * (1 - 0.256)) and costs.ar(None) == 4e-3
+    for _ in range(60):  # plain steps at context 1012 taking 1.5x the profiled step: c_T at 512 stays 4 ms
+        costs.observe_ar(record(1, 6e-3), 1012, warm=True)
+    assert costs.ar_step == pytest.approx(4e-3, rel=0.01)
+    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=4)
+    planner.start(costly_prompt(knee_cost(2, 5e-3)))
+    planner.depths = FixedDepths(0.4)  # plain decoding wins, but drafting is not hopeless: probes are due
+    depths = [planner.plan(backlog=64, cold=True).depth for _ in range(12)]
+    assert depths == [0] * 12  # a probe would pay the draft's whole prompt prefill, about 8 plain steps
+    assert any(planner.plan(cold=False).probe for _ in range(12))
+    # but a planner that turned plain still probes now and then, though every call starts with a cold draft
+    probes = [planner.plan(backlog=64, cold=True).probe for _ in range(4 * BACKOFF)]
+    assert any(probes) and sum(probes) == 1
+    # A cold draft whose catch-up costs less than COLD_PROBE plain steps is probed like a warm one.
+    planner.start(knee_cost(2, 5e-3))
+    assert any(planner.plan(backlog=64, cold=True).probe for _ in range(12))
+
+
+@pytest.mark.parametrize("case", ["hopeless", "cold"])
+def test_plain_decoding_weighs_the_plan_only_every_few_steps(case, monkeypatch):
+    """While plain decoding pays and no probe is due (drafting hopeless; or the draft cold in this call, so
+    probes wait), a full plan runs once per REPLAN_EVERY steps: a plain step should cost what an AR step
+    costs, not the planner's host work on top of it."""
+    if case == "hopeless":  # a layer costs more than a whole AR step: no tree could ever pay
+        cost, rate = make_cost(ar_step=4e-3, loop=5e-4, layer=5e-3, catch_up=5e-3), 0.9
+    else:
+        cost, rate = costly_prompt(knee_cost(2, 5e-3)), 0.4
+    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=4 * REPLAN_EVERY)
+    planner.start(cost)
+    planner.depths = FixedDepths(rate)
+    calls = []
+    predict = planner.predict
+    monkeypatch.setattr(planner, "predict", lambda *a: calls.append(1) or predict(*a))
+    steps = 8 * REPLAN_EVERY
+    depths = [planner.plan(backlog=64, cold=case == "cold").depth for _ in range(steps)]
+    assert depths == [0] * steps
+    assert len(calls) == steps // REPLAN_EVERY
+
+
+def test_a_probe_from_plain_decoding_is_weighed_at_the_next_step():
+    """A probe taken while plain decoding pays is weighed by a full plan at the very next step: one that
+    finds drafting paying again resumes it at once, not after REPLAN_EVERY - 1 more plain steps (seen on the
+    demo pair at batch 4: seven plain steps after each probe that said drafting paid)."""
+    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=4)
+    planner.start(knee_cost(6, 1e-3))
+    planner.depths = FixedDepths(0.3)  # drafting does not pay, but could: plain steps and probes
+    plans = [planner.plan() for _ in range(planner.probe_every)]
+    assert [p.depth > 0 for p in plans] == [False] * 3 + [True] and plans[-1].probe
+    planner.depths = FixedDepths(0.9)  # what the probe found: drafting pays again
+    plan = planner.plan()
+    assert plan.depth > 0 and not plan.probe and planner.state.drafting
+
+
+class RecordingDepths(FixedDepths):
+    """FixedDepths that accepts the planner's records (and learns nothing from them)."""
+
+    def record(self, facts, accepted, row_depth=None) -> None:
+        pass
+
+
+def test_a_planner_that_always_drafts_re_measures_c_t_with_a_few_plain_steps():
+    """Drafting every step measures no plain step: after WARMUP drafting steps the planner takes
+    WARM_AFTER + C_T_FIRST plain steps (c_T the median of the last C_T_FIRST: the first ones run cold), then
+    every C_T_EVERY drafting steps WARM_AFTER + 1 (one more member of c_T's window)."""
+    cost = knee_cost(6, 1e-3)
+    planner = StepPlanner(MAX_DEPTH, probe_every=1000)
+    planner.start(cost)
+    planner.depths = RecordingDepths(0.9)  # drafting pays by far
+    depths, first_probe = [], WARM_AFTER + C_T_FIRST
+    for _ in range(WARMUP + first_probe + C_T_EVERY + WARM_AFTER + 2):  # one drafting step learns the last
+        plan = planner.plan(backlog=1)
+        depths.append(plan.depth)
+        if plan.depth:
+            step = StepRecord(8, np.array([plan.length]), 0.2 * plan.seconds, 0.0, 0.8 * plan.seconds, 0.0)
+            planner.record(step, TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=1))
+        else:  # plain steps take half the profiled c_T; one of the first probe's warm steps stalls
+            assert plan.probe
+            stalled = len(depths) == WARMUP + WARM_AFTER + 2
+            planner.record(record(1, 5 * cost.ar_step if stalled else cost.ar_step / 2), None)
+    plain = [i for i, d in enumerate(depths) if d == 0]
+    second = WARMUP + first_probe + C_T_EVERY
+    assert plain == list(range(WARMUP, WARMUP + first_probe)) + list(range(second, second + WARM_AFTER + 1))
+    assert planner.costs.ar_seen == C_T_FIRST + 1 and planner.costs.ar(None) == pytest.approx(cost.ar_step / 2)
+
+
+@pytest.mark.parametrize("realise", [False, True])
+def test_drafting_that_realises_less_than_planned_turns_plain(realise):
+    """Drafting steps that each take twice their planned seconds for half their planned tokens: with the
+    realised-rate correction the planner stops drafting, retrying rarely (the evidence ages with every step);
+    without it (costs and acceptance frozen) it goes on, and takes no plain step to re-measure c_T (frozen
+    costs would not learn from one)."""
+    cost = knee_cost(6, 1e-3)
+    planner = StepPlanner(MAX_DEPTH, online=False, realise=realise, probe_every=1000)
+    planner.start(cost)
+    planner.depths = RecordingDepths(0.7)
+    depths, c_t = [], 0
+    for _ in range(200):
+        plan = planner.plan(backlog=1)
+        if plan.depth == 0 and plan.probe:  # a c_T probe: frozen costs take none (asserted below)
+            c_t += 1
+            planner.record(record(1, cost.ar_step), None)
+            continue
+        depths.append(plan.depth)
+        if plan.depth:
+            seconds = 2 * plan.seconds
+            step = StepRecord(8, np.array([max(plan.length / 2, 1.0)]), 0.2 * seconds, 0.0, 0.8 * seconds, 0.0)
+            planner.record(step, TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=1))
+        else:
+            planner.record(record(1, cost.ar_step), None)
+    assert c_t == 0
+    if realise:
+        drafted = [i for i, d in enumerate(depths) if d]
+        assert drafted[0] == 0 and len(drafted) <= 5 and min(np.diff(drafted)) >= 40 and planner.state.realised < 0.9
+    else:
+        assert all(d > 0 for d in depths) and planner.state.realised == 1.0
+
+
+def test_realised_rate_is_unbiased_for_whole_token_steps():
+    """Steps that accept 1 or 4 tokens where 2.5 were predicted, in the predicted seconds, realise their plan:
+    the realised rate is a ratio of sums (a log-mean of per-step ratios reads 0.8 and turns drafting off).
+    Steps that take twice their predicted seconds realise half; plain steps age that evidence."""
+    from specdec.planner import Plan
+
+    planner = StepPlanner(MAX_DEPTH, online=False)
+    planner.start(knee_cost(6, 1e-3))
+    plan = Plan(3, 2.5, 0.02)
+    for i in range(40):
+        planner._realise(plan, 1.0 if i % 2 else 4.0, 0.02)
+    assert planner.state.realised == pytest.approx(1.0, abs=0.05)  # the decayed window ends on a 1: 0.97
+    for _ in range(200):
+        planner._realise(plan, 2.5, 0.04)
+    assert planner.state.realised == pytest.approx(0.5, abs=0.01)
+    for _ in range(100):  # plain steps age the evidence: the rate returns toward the pseudo-step's 1
+        planner._realise(None)
+    assert 0.55 < planner.state.realised < 0.75
+    for _ in range(200):
+        planner._realise(None)
+    assert 0.95 < planner.state.realised < 1.0
+    for _ in range(3):  # and drafting steps that realise half pull it down again at once
+        planner._realise(plan, 2.5, 0.04)
+    assert planner.state.realised < 0.8
+
+
+def run_call(planner, cost, steps):
+    """One generate call of hand-set steps: each (active rows [B] bool, tokens per active row); every step
+    drafts (the test checks the plans) and takes its planned seconds."""
+    planner.start(cost)
+    for active, tokens in steps:
+        plan = planner.plan(backlog=1)
+        assert plan.depth > 0
+        step = StepRecord(8, np.asarray(tokens, dtype=np.float64), 0.2 * plan.seconds, 0.0, 0.8 * plan.seconds,
+                          0.0, active=np.asarray(active))
+        planner.record(step, TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=1))
+    return planner.report()
+
+
+@pytest.mark.parametrize("rows", ["diverging", "even", "single"])
+def test_a_batch_waits_for_its_slowest_row_and_the_planner_prices_it(rows):
+    """Two rows of 8 tokens. Diverging: 4 drafting steps give row 0 one token and row 1 two (row 1 is done),
+    then 4 give row 0 one: the rows' means add up to 10 tokens in 8 steps, the batch moved as AR would have
+    (8 steps, 8 tokens), so the spread is 0.8 and the measured speedup counts the batch's 8 tokens. A plan
+    predicted 1.13x over AR (above the margin) then loses to plain decoding (0.9x). Even rows, or one row:
+    the spread stays 1 and the planner goes on drafting."""
+    cost = knee_cost(6, 1e-3)
+    _, speedup = brute_force(cost, FixedDepths(0.5))
+    assert 1 + MARGIN < speedup < 1 / 0.8  # drafting pays unless the spread is priced
+    planner = StepPlanner(MAX_DEPTH, online=False, realise=False, probe_every=1000)
+    planner.depths = RecordingDepths(0.5)
+    both, first = [True, True], [True, False]
+    steps = {"diverging": [(both, [1, 2])] * 4 + [(first, [1])] * 4,
+             "even": [(both, [2, 2])] * 4,
+             "single": [([True], [2])] * 4}[rows]
+    stats = run_call(planner, cost, steps)
+    mean_tokens = sum(float(np.mean(t)) for _, t in steps)
+    assert stats.measured_tokens == pytest.approx(mean_tokens)
+    if rows == "diverging":
+        assert stats.batch_tokens == 8 and planner.state.spread == pytest.approx(0.8)
+        assert stats.measured_speedup == pytest.approx(stats.ar_seconds_measured * 0.8 / stats.seconds_measured)
+    else:
+        assert stats.batch_tokens == 8 and planner.state.spread == 1.0
+        assert stats.measured_speedup == pytest.approx(stats.ar_seconds_measured / stats.seconds_measured)
+    planner.start(cost)
+    plan = planner.plan(backlog=1)
+    while plan.depth == 0 and plan.probe:  # re-measuring c_T after a drafting run (its own test): not a decision
+        planner.record(StepRecord(1, np.ones(len(steps[0][0])), 0.0, 0.0, cost.ar_step, 0.0), None)
+        plan = planner.plan(backlog=1)
+    assert (plan.depth > 0) == (rows != "diverging")
+
+
+def plain_call(planner, cost, rows: int, steps: int = 6):
+    """One generate call whose steps all decode plainly (no tree facts), whatever was planned."""
+    planner.start(cost)
+    for _ in range(steps):
+        planner.plan(backlog=1)
+        planner.record(StepRecord(1, np.ones(rows), 0.0, 0.0, cost.ar_step, 0.0), None)
+    return planner.report()
+
+
+def test_calls_that_do_not_draft_age_the_spread_toward_one():
+    """A spread measured once must not stand for as long as the planner decodes plainly (it would keep a
+    paying plan below the margin for good): each call that drafted too little to measure it moves it a
+    call's weight toward 1; a drafting call that measures 0.8 again pulls it back down. Batch 1: always 1."""
+    cost = knee_cost(6, 1e-3)
+    planner = StepPlanner(MAX_DEPTH, online=False, realise=False, probe_every=1000)
+    planner.depths = RecordingDepths(0.5)
+    both, first = [True, True], [True, False]
+    diverging = [(both, [1, 2])] * 4 + [(first, [1])] * 4
+    run_call(planner, cost, diverging)
+    assert planner.state.spread == pytest.approx(0.8)
+    spreads = []
+    for _ in range(4):
+        plain_call(planner, cost, rows=2)
+        spreads.append(planner.state.spread)
+    assert spreads == pytest.approx([0.8 ** ((1 - SPREAD_WEIGHT) ** n) for n in range(1, 5)])
+    assert spreads[-1] > 0.92
+    run_call(planner, cost, diverging)
+    assert planner.state.spread < spreads[-1] - 0.03
+    single = StepPlanner(MAX_DEPTH, online=False, realise=False, probe_every=1000)
+    plain_call(single, cost, rows=1)
+    assert single.state.spread == 1.0
+
+
+def test_a_batch_size_not_measured_yet_takes_the_spread_the_measured_ones_predict():
+    """A batch waits for its slowest row, so its spread falls with the batch size: measured 0.8 at batch 2,
+    batch 4 (never measured) is predicted 1 / (1 + 0.25 * e4 / e2), where e_B is the expected maximum of B
+    standard normal draws, and drafting's gain there (1.13x over AR before the spread) falls below the
+    margin, where a spread assumed to be 1 would draft. Batch 1 stays at 1; a batch size's own measurement
+    replaces the prediction; and a batch size met before any was measured is predicted once one is."""
+    cost = knee_cost(6, 1e-3)
+    _, speedup = brute_force(cost, FixedDepths(0.5))
+    e = {b: float(np.mean(np.max(np.random.default_rng(b).standard_normal((400_000, b)), axis=1))) for b in (2, 4)}
+    want = 1 / (1 + 0.25 * e[4] / e[2])
+    assert speedup * want < 1 + MARGIN / 2 < 1 + MARGIN < speedup  # drafting pays unless the spread is priced
+    at = {b: replace(cost, batch_size=b) for b in (1, 2, 4, 8)}  # one profile per batch size, as a server holds
+    planner = StepPlanner(MAX_DEPTH, online=False, realise=False, probe_every=1000)
+    planner.depths = RecordingDepths(0.5)
+    planner.start(at[4])  # met first, nothing measured yet: 1
+    assert planner.state.spread == 1.0
+    both, first = [True, True], [True, False]
+    run_call(planner, at[2], [(both, [1, 2])] * 4 + [(first, [1])] * 4)
+    assert planner.state.spread == pytest.approx(0.8)
+    planner.start(at[4])
+    assert planner.state.spread == pytest.approx(want, abs=0.01)  # Blom's approximation of e_B
+    assert planner.plan(backlog=1).depth == 0
+    planner.start(at[8])  # a new batch size: predicted, not copied from batch 2 or 4
+    assert planner.state.spread < want
+    planner.start(at[1])
+    assert planner.state.spread == 1.0 and planner.plan(backlog=1).depth > 0
+    planner.depths = RecordingDepths(0.9)  # drafting pays by far: batch 8 drafts despite its predicted spread
+    run_call(planner, at[8], [([True] * 8, [2] * 8)] * 4)  # and measures rows that move alike: its own 1.0 stands
+    planner.start(at[8])
+    assert planner.state.spread == 1.0
+
+
+def test_tested_nodes_of_one_row_match_the_batched_walk():
+    """`tested_nodes` at batch 1 walks the tree in Python; on random trees and verdicts (paths that end inside
+    the tree, at a leaf, or on a token no child holds) it marks the same nodes as the numpy walk."""
+    from specdec.estimates import _tested_one, _tested_rows
+
+    rng = np.random.default_rng(3)
+    for case in range(300):
+        T = int(rng.integers(1, 40))
+        n = int(rng.integers(1, T + 1))
+        parents = np.full((1, T), -1, dtype=np.int64)
+        tokens = np.zeros((1, T), dtype=np.int64)
+        for i in range(1, n):
+            parents[0, i] = int(rng.integers(0, i))
+            used = {int(tokens[0, j]) for j in range(1, i) if parents[0, j] == parents[0, i]}
+            tokens[0, i] = int(rng.choice([t for t in range(12) if t not in used]))
+        path, node = [], 0
+        while len(path) < 8:
+            children = [i for i in range(1, n) if parents[0, i] == node]
+            if not children or rng.random() < 0.2:
+                path.append(int(rng.integers(0, 12)))  # the target's own token: maybe no child holds it
+                break
+            node = int(rng.choice(children))
+            path.append(int(tokens[0, node]))
+        accepted = np.array([path + [0] * (9 - len(path))], dtype=np.int64)
+        num_accepted = np.array([int(rng.integers(0, len(path) + 1))])
+        args = (tokens, parents, np.array([n]), accepted, num_accepted)
+        for got, want in zip(_tested_one(*args), _tested_rows(*args)):
+            assert np.array_equal(got, want), case
+
+
+def draft_step(planner, speed, backlog=1, share=1.0):
+    """One drafting step at `speed` times its planned rate of seconds, accepting `share` of its planned tokens
+    (at least one); the planner learns from it at once. Returns its plan."""
+    plan = planner.plan(backlog=backlog)
+    assert plan.depth > 0
+    seconds = plan.seconds / speed
+    planner.record(StepRecord(8, np.array([max(share * plan.length, 1.0)]), 0.2 * seconds, 0.0, 0.8 * seconds, 0.0),
+                   TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=backlog))
+    planner._learn()
+    return plan
+
+
+def test_only_steady_drafting_steps_move_the_realised_rate():
+    """A drafting step whose catch-up is longer than the previous step's tokens (it resumes after plain steps,
+    or its draft is cold with the prompt) is priced mostly by the catch-up's estimate: however far it misses
+    its plan, the realised rate only ages. Steady steps (catch-up of the previous step's tokens) move it, as
+    does a call's first counted step when its catch-up is no longer than a drafting step can emit."""
+    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=1000)
+    planner.start(knee_cost(6, 1e-3))
+    planner.depths = RecordingDepths(0.7)
+    draft = lambda backlog, speed: draft_step(planner, speed, backlog=backlog)  # noqa: E731
+    draft(MAX_DEPTH + 5, 2.0)  # a cold draft's prompt in the call's first counted step, twice as fast as planned
+    assert planner.state.realised == 1.0
+    for _ in range(3):  # resumes after plain steps (a catch-up of 9 tokens after a step of about 3)
+        draft(9, 2.0)
+    assert planner.state.realised == 1.0
+    draft(2, 2.0)  # a steady step: it counts
+    assert planner.state.realised > 1.2
+    planner.start(knee_cost(6, 1e-3))  # a new call: its first counted step counts when its catch-up is short
+    before = planner.state.realised
+    draft(MAX_DEPTH + 1, 0.5)
+    assert planner.state.realised < before
+
+
+class CountingDepths(RecordingDepths):
+    """RecordingDepths before the warm-up: counts the drafting steps recorded, as `DepthStats` does."""
+
+    def __init__(self, rate: float):
+        super().__init__(rate)
+        self.steps = 0
+
+    def record(self, facts, accepted, row_depth=None) -> None:
+        self.steps += 1
+
+
+def test_warm_up_probes_do_not_move_the_realised_rate():
+    """The warm-up probes are priced by the priors they exist to replace: however far they miss their plans
+    (here at half the tokens in twice the seconds, steady steps all), the realised rate stays 1 and the
+    planner drafts on; the same miss by the plans that follow moves it at once."""
+    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=1000)
+    planner.start(knee_cost(6, 1e-3))
+    planner.depths = CountingDepths(0.9)
+    plans = [draft_step(planner, 0.5, share=0.5) for _ in range(WARMUP)]
+    assert all(p.probe and p.depth == MAX_DEPTH for p in plans)
+    assert planner.state.realised == 1.0
+    plan = draft_step(planner, 0.5, share=0.5)  # frozen costs: no plain steps re-measure c_T after the warm-up
+    assert not plan.probe
+    assert planner.state.realised < 0.9
+
+
+def test_warm_up_probes_skip_a_costly_cold_prompt_where_plain_decoding_is_predicted_to_win():
+    """The first WARMUP drafting steps of a planner use the deepest cap, to calibrate it, even where its prior
+    says plain decoding wins (the prior's acceptance is a guess: one probe per full plan then). Not when such
+    a probe would pay a cold draft's whole prompt prefill, about 8 plain steps: there, and only there, probes
+    come when due."""
+    paying = StepPlanner(MAX_DEPTH, online=False, probe_every=1000)
+    paying.start(costly_prompt(knee_cost(6, 1e-3)))
+    paying.depths = FixedDepths(0.9)  # drafting predicted to pay, a 36-token prompt (4.5 plain steps) and all
+    paying.depths.steps = 0  # before the warm-up
+    assert paying.costs.catch_up(36) > COLD_PROBE * paying.costs.ar(None)
+    plans = [paying.plan(backlog=36, cold=True) for _ in range(WARMUP)]
+    assert all(p.depth == MAX_DEPTH and p.probe for p in plans)
+    base = make_cost(ar_step=4e-3, loop=5e-4, layer=2.5e-3, catch_up=2.5e-3)  # a draft as slow as a target
+    losing = replace(base, use_fit=False, verify_points=knee_cost(6, 1e-3).verify_points)
+    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=1000)
+    planner.start(costly_prompt(losing))
+    assert not planner._hopeless(None)  # a deep chain accepted whole would pay: only the prediction says no
+    assert all(planner.plan(backlog=64, cold=True).depth == 0 for _ in range(4 * WARMUP))
+    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=1000)
+    planner.start(losing)  # a warm draft (or a cheap prompt): the warm-up runs though plain decoding is predicted
+    length, seconds = planner.predict(1, None)
+    assert np.all(length[1:] * planner.costs.ar(None) / seconds[1:] < 1)  # every cap predicted slower than plain
+    plans = [planner.plan(backlog=1) for _ in range(2 * REPLAN_EVERY)]  # one per full plan, while plain wins
+    assert [p.depth for p in plans] == ([MAX_DEPTH] + [0] * (REPLAN_EVERY - 1)) * 2 and plans[0].probe
+
+
+def test_a_new_batch_size_starts_from_the_nearest_one_planned():
+    """A batch size met for the first time (a server's varying batches, a prompt set's ragged last batch)
+    starts from the nearest batch size already planned: its mode (plain decoding here), c_T scaled by what
+    that one measured over its profile, its verify level. With none planned, from the profile."""
+    slow = make_cost(ar_step=4e-3, loop=5e-4, layer=2.5e-3, catch_up=2.5e-3)  # a draft as slow as a target
+    planner = StepPlanner(MAX_DEPTH, probe_every=1000)
+    planner.depths = FixedDepths(0.5)
+    planner.start(replace(slow, use_fit=False, verify_points=knee_cost(6, 1e-3).verify_points, batch_size=8))
+    for _ in range(40):
+        assert planner.plan(backlog=1).depth == 0
+        planner.record(record(1, 0.8 * 4e-3), None)  # plain steps faster than profiled
+    planner._learn()
+    learned = planner.state
+    assert not learned.drafting and learned.costs.ar_step == pytest.approx(3.2e-3, rel=0.02)
+    planner.start(replace(knee_cost(6, 1e-3), batch_size=2))  # a far batch size, already planned: not chosen
+    planner.state.drafting = True
+    six = replace(knee_cost(6, 1e-3), batch_size=6, ar_step=5e-3)
+    planner.start(six)
+    assert not planner.state.drafting and planner.state.costs.ar_step == pytest.approx(4e-3, rel=0.02)
+    assert planner.state.costs.verify_level == learned.costs.verify_level
+    assert planner.state.costs.ar_step != learned.costs.ar_step  # its own profile, scaled
+    fresh = StepPlanner(MAX_DEPTH, probe_every=1000)
+    fresh.start(six)
+    assert fresh.state.drafting and fresh.state.costs.ar_step == 5e-3

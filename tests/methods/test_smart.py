@@ -1,0 +1,226 @@
+"""SmartSupplier: the planner's extremes (never pays: the draft never runs; always pays: deep trees), budget,
+output identity (with plain stretches and catch-ups), online costs, argument errors."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+import specdec
+from specdec.cost import CostModel
+from tests.helpers import (ARCHS, MODERATE, SCHEDULE, VOCAB, fixed_cost, generate_with, make_model, perturbed,
+                           plan_schedule, ragged_prompts, reference, state_for, synthetic_profile)
+
+
+def first_tree(target, draft, cost, lengths, **kw):
+    ids, mask = ragged_prompts(lengths, seed=5)
+    sup = specdec.SmartSupplier(draft, replace(cost, batch_size=len(lengths)), **kw)
+    sup.attach(target)
+    state = state_for(ids, mask)
+    sup.start(state)
+    tree = sup.propose(state)
+    tree.validate(vocab_size=VOCAB)
+    return ids, mask, sup, tree
+
+
+def count_forwards(model) -> list[int]:
+    calls = [0]
+    model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    return calls
+
+
+@pytest.mark.parametrize("lengths", [[7], [5, 11, 8]])
+def test_when_drafting_never_pays_the_draft_never_runs(lengths):
+    target = make_model("llama")
+    draft = perturbed(target)
+    calls = count_forwards(draft)
+    # A draft layer or catch-up of a second against a 10 ms AR step: no tree can pay, not even as a probe.
+    cost = fixed_cost(**MODERATE, batch_size=len(lengths), layer=1.0, catch_up=1.0)
+    ids, mask = ragged_prompts(lengths)
+    out = generate_with(target, specdec.SmartSupplier(draft, cost, topk=3, frontier=3, max_depth=5), ids, mask, 16)
+    assert torch.equal(out.sequences, reference(target, ids, mask, 16, eos=[]))
+    assert calls[0] == 0  # not even the prompt's prefill
+    assert out.stats.plan.steps_drafted == 0 and out.stats.plan.steps_ar > 0 and out.stats.plan.probes == 0
+    assert out.stats.mean_tree_size == 1.0 and out.stats.mean_accepted_length == 1.0
+
+
+def test_when_drafting_always_pays_trees_are_deep():
+    target = make_model("qwen2")
+    # Verification nearly free per node, draft forwards free, the draft the target itself (every token accepted).
+    cheap = fixed_cost(c0=0.01, gamma=1e-9, delta=1e-3, rho=1.0, layer=1e-7, catch_up=1e-7)
+    ids, mask = ragged_prompts([6])
+    sup = specdec.SmartSupplier(target, cheap, topk=2, frontier=2, max_depth=5, online=False)
+    out = generate_with(target, sup, ids, mask, 25)
+    assert torch.equal(out.sequences, reference(target, ids, mask, 25, eos=[]))
+    assert out.stats.plan.steps_ar == 0
+    assert out.stats.accepted_lengths[:-1] == [6] * (len(out.stats.accepted_lengths) - 1)  # depth 5 + bonus each step
+
+
+def test_nearly_free_verification_grows_to_the_budget():
+    target = make_model("qwen2")
+    free = fixed_cost(c0=1.0, gamma=1e-9, delta=1e-3, rho=1.0, layer=1e-9, catch_up=1e-9)
+    _, _, sup, tree = first_tree(target, perturbed(target), free, [5, 8, 3], topk=3, frontier=3, budget=12)
+    assert tree.num_nodes.tolist() == [12, 12, 12] and tree.size == 12 == sup.max_tree_size()
+    _, _, sup, tree = first_tree(target, perturbed(target), free, [5], topk=2, frontier=2, max_depth=3)
+    assert sup.max_tree_size() == 1 + 2 + 2 * 2 * 2  # budget None: capped by what the layers can hold
+    assert tree.num_nodes.tolist() == [11]
+
+
+def test_steep_cost_yields_the_root_alone_and_plain_decoding():
+    target = make_model("qwen3")
+    steep = fixed_cost(c0=0.0, gamma=1.0, delta=5.0, rho=1.0, batch_size=2)  # V(n + 1) ~ e^5 V(n): nothing pays
+    ids, mask, _, tree = first_tree(target, target, steep, [5, 8], topk=4, frontier=4, alpha=1.0)
+    assert tree.size == 1 and tree.num_nodes.tolist() == [1, 1] and tree.max_depth == 0
+    out = generate_with(target, specdec.SmartSupplier(target, steep), ids, mask, 6)
+    assert torch.equal(out.sequences, reference(target, ids, mask, 6, eos=[]))
+    assert out.stats.mean_accepted_length == 1.0 and out.stats.mean_tree_size == 1.0
+
+
+# Output identity. The full grid (4 architectures x 2 batch shapes x 3 alphas, plus EOS) takes minutes on
+# 2 cores, so each architecture runs a different alpha per case and every alpha meets every case.
+ALPHAS = {"llama": (0.5, 0.8, 1.0), "mistral": (0.8, 1.0, 0.5), "qwen2": (1.0, 0.5, 0.8), "qwen3": (0.5, 1.0, 0.8)}
+
+
+@pytest.fixture(scope="module", params=sorted(ARCHS))
+def models(request):
+    target = make_model(request.param)
+    return request.param, target, perturbed(target)
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize("case", [0, 1], ids=["batch1", "ragged3"])
+def test_identity(models, case):
+    arch, target, draft = models
+    alpha = ALPHAS[arch][case]
+    ids, mask = ragged_prompts([[7], [5, 11, 8]][case])
+    ref = reference(target, ids, mask, 20, eos=[])
+    sup = specdec.SmartSupplier(draft, fixed_cost(**MODERATE, batch_size=ids.shape[0]), alpha=alpha, topk=3,
+                                frontier=3, max_depth=5, online=False,
+                                padding_aware=case == 1 and arch == "llama", early_stop=arch != "qwen3")
+    out = generate_with(target, sup, ids, mask, 20)
+    assert torch.equal(out.sequences, ref), f"{arch} alpha {alpha}"
+    assert out.stats.mean_tree_size > 2 and out.stats.mean_accepted_length > 1.0  # trees were built and used
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize("case", ["batch1", "ragged3", "eos"])
+def test_identity_across_plain_stretches(models, case):
+    arch, target, draft = models
+    ids, mask = ragged_prompts([7] if case == "batch1" else [6, 10, 9], seed=3)
+    eos = []
+    if case == "eos":
+        eos = [int(reference(target, ids, mask, 24, eos=None)[0, ids.shape[1] + 6])]
+    ref = reference(target, ids, mask, 24, eos=eos[0] if eos else [])
+    sup = specdec.SmartSupplier(draft, fixed_cost(**MODERATE, batch_size=ids.shape[0]), topk=2, frontier=2,
+                                max_depth=5, early_stop=arch != "mistral", online=False)
+    backlogs = plan_schedule(sup, SCHEDULE)
+    out = generate_with(target, sup, ids, mask, 24, eos)
+    assert torch.equal(out.sequences, ref), f"{arch} {case}"
+    # Six plain steps of one token each, then the root: caught up in one forward (the first step's backlog
+    # is the prompt's prefill, queued until the draft first runs).
+    assert max(backlogs[1:]) >= 7 and backlogs[0] >= ids.shape[1] - 1
+    assert out.stats.plan.steps_ar >= 10 and out.stats.plan.steps_drafted >= 3
+
+
+def test_profile_source_fits_the_running_batch_size():
+    target = make_model("llama")
+    prof = synthetic_profile(batch_sizes=(1, 4), scales=(1.0, 2.0))
+    sup = specdec.SmartSupplier(perturbed(target), prof, topk=2, frontier=2, max_depth=3)
+    ids, mask = ragged_prompts([4, 6, 5])
+    generate_with(target, sup, ids, mask, 3)
+    model = sup.planner.costs.model
+    assert model.batch_size == 3 and model.batch_rule == "interpolated between 1 and 4"
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"alpha": 0}, ValueError, "alpha: expected a number > 0"),
+    ({"margin": -1}, ValueError, "margin: expected a number > 0"),
+    ({"budget": 0}, ValueError, "budget: expected None or an int >= 1"),
+    ({"frontier": 0}, ValueError, "frontier: expected an int >= 1"),
+    ({"probe_every": 0}, ValueError, "probe_every: expected an int >= 1"),
+    ({"benefit": "max"}, ValueError, "benefit: 'max' is not one of"),
+    ({"topk": VOCAB + 1}, ValueError, "topk: 97 exceeds the draft's vocabulary"),
+    ({"cost_model": {"c0": 1}}, TypeError, "cost_model: expected a CostModel or a Profile"),
+])
+def test_argument_errors(kwargs, error, message):
+    draft = make_model("llama")
+    kwargs = {"cost_model": fixed_cost(**MODERATE), **kwargs}
+    with pytest.raises(error, match=message):
+        specdec.SmartSupplier(draft, **kwargs)
+
+
+def test_cost_model_fitted_at_another_batch_size_warns():
+    target = make_model("llama")
+    sup = specdec.SmartSupplier(target, fixed_cost(**MODERATE, batch_size=8))
+    ids, mask = ragged_prompts([5])
+    with pytest.warns(UserWarning, match="fitted at batch size 8, running at 1"):
+        sup.start(state_for(ids, mask))
+    assert sup.planner.costs.model.batch_size == 8
+
+
+def test_reprofile_measures_a_batch_size_outside_the_profile():
+    target = make_model("llama")
+    prof = replace(synthetic_profile(batch_sizes=(1, 2), scales=(1.0, 2.0), sizes=(1, 2, 4)), context_len=16,
+                   repeats=1)
+    sup = specdec.SmartSupplier(perturbed(target), prof, topk=2, frontier=2, max_depth=3, reprofile=True)
+    ids, mask = ragged_prompts([4, 6, 5])
+    out = generate_with(target, sup, ids, mask, 3)
+    assert torch.equal(out.sequences, reference(target, ids, mask, 3, eos=[]))
+    assert sup.source.batch_sizes == (1, 2, 3) and sup.source.verify_seconds[:2] == prof.verify_seconds
+    assert all(t > 0 for t in sup.source.verify_seconds[2]) and sup.planner.costs.model.batch_rule == "profiled"
+
+
+def test_bench_variants_parse_and_fit_batch_pins_the_cost_model():
+    from specdec.app.harness import make_supplier, smart_variant
+
+    assert smart_variant("default") == {}
+    assert smart_variant("alpha=0.5,budget=none,padding_aware=1,planner=0") == {
+        "alpha": 0.5, "budget": None, "padding_aware": True, "planner": False}
+    with pytest.raises(ValueError, match="smart_variants: 'alpha=x': 'x' is not a valid float"):
+        smart_variant("alpha=x")
+    prof = synthetic_profile(batch_sizes=(1, 4), scales=(1.0, 2.0))
+    sup = make_supplier("smart", make_model("llama"), cost=prof, smart=smart_variant("fit_batch=1,probe_every=8"))
+    assert isinstance(sup.source, CostModel) and sup.source.batch_size == 1 and sup.planner.probe_every == 8
+
+
+@pytest.mark.parametrize("paper", [False, True])
+def test_the_one_row_host_tree_is_the_numpy_one_to_the_bit(paper):
+    """`HostTree.grow` at batch 1 runs the rule in Python floats; on random layers (ties, dead frontier slots,
+    budgets that cut a layer, calibrations learned from random verdicts) it builds the tree, its bookkeeping
+    and its frontier exactly as the numpy version does."""
+    import numpy as np
+
+    from specdec.estimates import Calibration
+    from specdec.suppliers.smart_host import HostTree, Rule
+
+    rng = np.random.default_rng(7)
+    layers = 0
+    for case in range(150):
+        calibration = Calibration()
+        p = rng.random(200)
+        calibration.observe(p, rng.random(200) < p ** 0.5)
+        verify = np.maximum.accumulate(rng.random(80) * 2e-3) + np.linspace(4e-3, 9e-3, 80)
+        budget, k = int(rng.integers(3, 40)), int(rng.integers(1, 5))
+        fast, slow = (HostTree(np.array([5]), budget) for _ in range(2))
+        width, first = 1, 0
+        for depth in range(int(rng.integers(1, 7))):
+            logits = rng.normal(size=(1, width, k + 3)) * rng.choice([0.3, 3.0])
+            logits[..., 1] = logits[..., 0] if rng.random() < 0.3 else logits[..., 1]  # exact ties
+            logp = (logits - np.log(np.exp(logits).sum(-1, keepdims=True))).astype(np.float32)[..., :k]
+            tokens = rng.permutation(50)[: width * k].reshape(1, width, k)
+            rule = Rule(float(rng.choice([0.5, 1.0])), calibration, verify, float(rng.random() * 5e-3), budget,
+                        paper, False)
+            want, got = slow._grow_rows(tokens, logp, rule), fast.grow(tokens, logp, rule)
+            layers += 1
+            assert np.array_equal(want, got), (case, depth)
+            for name in ("tokens", "parents", "logp", "edge", "cal", "size", "depth", "length", "paths",
+                         "_first_new", "_cand_tok", "_cand_slot", "_keep_mask"):
+                assert np.array_equal(getattr(slow, name), getattr(fast, name)), (case, depth, name)
+            if not got.any():
+                break
+            width = int(rng.integers(1, min(int((got > 0).sum()), 3) + 1))  # at most the nodes kept (as drafted)
+            assert all(np.array_equal(a, b) for a, b in zip(slow.frontier(width, first), fast.frontier(width, first)))
+            first += 1
+    assert layers > 300
