@@ -21,7 +21,7 @@ if [[ -n "${QUICK:-}" ]]; then
 else
   BATCHES=(1 4); PROMPTS=8; TOKENS=64; REPEATS=3  # best of 3 per batch
 fi
-# The demo's tree (depth 4, top-2, 10 nodes; README: "The embedded demo pair"); chain depth 4.
+# The demo's tree (depth 4, top-2, 10 nodes; docs/demo-pair.md); chain depth 4.
 for T in 0 1; do
   "${SPECDEC[@]}" bench --methods ar chain tree prompt-lookup smart retrieval retrieval-smart \
     --depth 4 --topk 2 --total-tokens 10 --budgets 16 --batch-sizes "${BATCHES[@]}" --num-prompts "$PROMPTS" \

@@ -1,4 +1,4 @@
-"""ValuSpec's protocol (issue 10, the paper's): calibrate on 70% of a prompt set, evaluate on the rest.
+"""ValuSpec's protocol (the paper's; docs/valuspec.md): calibrate on 70% of a prompt set, evaluate on the rest.
 
 For each prompt set (HumanEval; Spec-Bench, all of it or by category as ``spec_bench:<category>``):
   1. split its prompts 70% calibration / 30% evaluation (a seeded shuffle);

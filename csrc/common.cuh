@@ -1,5 +1,5 @@
 // Shared device helpers of specdec's CUDA kernels: dtype conversions, cp.async, warp reductions.
-// No torch headers (STYLE 1): this file and the <op>.cuh templates compile with plain nvcc, which is how
+// No torch headers (docs/architecture.md): this file and the <op>.cuh templates compile with plain nvcc, which is how
 // CI checks them (scripts/check_cuda_compile.sh).
 //
 // torch's CUDAExtension compiles with -D__CUDA_NO_HALF_CONVERSIONS__ -D__CUDA_NO_BFLOAT16_CONVERSIONS__

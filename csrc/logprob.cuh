@@ -1,4 +1,4 @@
-// K3, ValuSpec scoring: CUDA kernel templates (contracts: specdec/ops/logprob.py, DESIGN 4 K3).
+// K3, ValuSpec scoring: CUDA kernel templates (contracts: specdec/ops/logprob.py, docs/kernels.md, K3).
 // No torch headers; the torch-facing launcher is logprob.cu.
 //
 // token_logprob never writes the [N, V] logits: block (row block, split) computes BN x BV logit tiles of

@@ -1,5 +1,5 @@
 // K2, batched top-k expansion with SMART's marginal-ratio test: CUDA kernel templates (contract:
-// specdec/ops/smart_expand.py, DESIGN 4 K2). No torch headers; the torch-facing launcher is smart_expand.cu.
+// specdec/ops/smart_expand.py, docs/kernels.md, K2). No torch headers; the torch-facing launcher is smart_expand.cu.
 //
 // Two launches, no host sync between them, the same split as the Triton kernels:
 // 1. topk_kernel, one block per (row, frontier slot): a block-wide radix select over the slot's V logits

@@ -1,4 +1,4 @@
-// K1, tree-mask attention: CUDA kernel templates (contract: specdec/ops/tree_attention.py, DESIGN 4 K1).
+// K1, tree-mask attention: CUDA kernel templates (contract: specdec/ops/tree_attention.py, docs/kernels.md, K1).
 // No torch headers; the torch-facing launcher is tree_attention.cu.
 //
 // One thread block owns BM packed query rows of one (batch row b, KV head) pair, exactly as the Triton

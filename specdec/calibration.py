@@ -1,4 +1,4 @@
-"""ValuSpec calibration: thresholds from the scores of the target's own greedy trajectories (DESIGN 5).
+"""ValuSpec calibration: thresholds from the scores of the target's own greedy trajectories (docs/valuspec.md).
 
 A branch the target accepts whole is a stretch of its greedy output. So: decode each calibration prompt
 greedily with the target, score every stretch (window) of d consecutive new tokens under the scorer (the

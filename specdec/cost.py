@@ -1,6 +1,6 @@
 """SMART's step cost model: what one step of speculative decoding costs on this device (`CostModel`).
 
-A step that drafts pays, at batch size B (DESIGN 5)::
+A step that drafts pays, at batch size B (docs/smart.md)::
 
     C_step = loop + catch_up(m) + layers * draft_layer(w) + verify(n, context)
 

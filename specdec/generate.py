@@ -1,4 +1,4 @@
-"""The generation loop: the same short loop for every method (DESIGN 1)."""
+"""The generation loop: the same short loop for every method (docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The step planner: whether to draft this step, how deep, and what it will cost (DESIGN 5).
+"""The step planner: whether to draft this step, how deep, and what it will cost (docs/smart.md).
 
 Before a step a supplier asks `StepPlanner.plan` for a depth cap D* in its choices (SMART: 0 .. max_depth;
 retrieval and prompt lookup: 0 or their tree depth) maximising the predicted speedup of the step::
@@ -189,7 +189,7 @@ class StepPlanner:
         """The state of a batch size met for the first time: from the nearest batch size already planned
         (its cost corrections and mode, its realised rate; the probe schedule starts afresh), else
         the profile's. A server's batch sizes vary, and a prompt set's ragged last batch is one (learned from
-        scratch, its first two calls ran 1.30x and 1.13x as long as AR: README, "The planner"). Its spread is
+        scratch, its first two calls ran 1.30x and 1.13x as long as AR: docs/smart.md, "The planner"). Its spread is
         predicted from every measured batch size (`start`), not copied."""
         state = _BatchState(OnlineCosts(cost, self.online))
         known = [b for b in self._batches if b != cost.batch_size]
@@ -382,7 +382,7 @@ class StepPlanner:
 
         A call that drafted too little to measure it ages the spread a call's weight toward 1, as plain steps
         age the realised rate: else one reading (0.756 from EAGLE-3 + SMART's warm-up at HumanEval batch 4)
-        stands for as long as the planner decodes plainly (README, "The planner").
+        stands for as long as the planner decodes plainly (docs/smart.md, "The planner").
         """
         call, self._call = self._call, _Call()
         if call.rows is None:

@@ -1,4 +1,4 @@
-"""ValuSpec: score every branch of a candidate tree with a small LM, verify only those worth it (DESIGN 5).
+"""ValuSpec: score every branch of a candidate tree with a small LM, verify only those worth it (docs/valuspec.md).
 
 A *branch* is a root-to-leaf path of a row's tree; its score is the mean log-prob of its tokens (the
 root excluded) under a scorer model that shares the target's tokenizer. `ValuSpecFilter` keeps the union
@@ -265,7 +265,7 @@ class ValuSpecFilter(TreeFilter):
     `keep_branches`: every node whose own path reaches the threshold of its depth qualifies, with its
     ancestors). length_aware: judge a path of d tokens by tau_d (True) or every path by the calibration's
     single tau (False: the paper's rule, `Calibration.tau`). ``unit="branch", length_aware=False`` is the
-    paper's filter; the defaults are the configuration the README's measurements chose.
+    paper's filter; the defaults are the configuration the measurements in docs/valuspec.md chose.
     audit: also run the target over the unfiltered tree (a second target cache, so twice the target's
     KV memory and one more target forward per step) to count false discards: row-steps where the target
     would have accepted more tokens of the unfiltered tree than of the kept one. Diagnostic only.

@@ -210,12 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", type=Path, default=Path("specdec-demo"), help="where demo.json and demo.png go")
     demo.add_argument("--quick", action="store_true", help="2 prompts, 16 new tokens, a small retrieval store "
                       "(a smoke test)")
-    # The demo pair's best tree on a 2-core CPU among those measured (README: "The embedded demo pair").
+    # The demo pair's best tree on a 2-core CPU among those measured (docs/demo-pair.md).
     add_tree_options(demo, depth=4, topk=2, total_tokens=10)
-    # The embedded head's tree: the best of bench/eagle.sh's shapes at batch 1 and 4 together (README: EAGLE).
+    # The embedded head's tree: the best of bench/eagle.sh's shapes at batch 1 and 4 together (docs/eagle.md).
     demo.add_argument("--eagle-shape", type=eagle_shape, default=(5, 2, 10), help="the EAGLE tree, "
                       "depth:topk:total_tokens")
-    # Retrieval's budget on this CPU is not tuned yet: 16 nodes keep verification cheap (README: retrieval).
+    # Retrieval's budget on this CPU is not tuned yet: 16 nodes keep verification cheap (docs/retrieval.md).
     demo.add_argument("--budget", type=int, default=16, help="retrieval tree size, root included")
     add_sampling_options(demo)
 

@@ -1,4 +1,4 @@
-"""K3, batched log-prob scoring for ValuSpec: launchers and pure-torch references (DESIGN 4 K3, 5).
+"""K3, batched log-prob scoring for ValuSpec: launchers and pure-torch references (docs/kernels.md, K3).
 
 A branch's score is the mean log-prob of its tokens under a small scorer LM: `token_logprob` gives each
 tree node's log-prob from the scorer's final hidden state at the node's parent (never writing the

@@ -1,6 +1,6 @@
 """K2, batched top-k expansion with the SMART marginal-ratio test: launcher and pure-torch reference.
 
-One call grows every row's tree by one layer (DESIGN 4 K2, 5 SMART). The launcher checks shapes, dtypes
+One call grows every row's tree by one layer (docs/kernels.md, K2; docs/smart.md). The launcher checks shapes, dtypes
 and devices (cheap, always), allocates and dispatches on ``backend``; the Triton kernels live in
 ``kernels/smart_expand.py``, the CUDA ones in ``csrc/smart_expand.cuh`` (``torch.ops.specdec.smart_expand``).
 

@@ -1,4 +1,4 @@
-"""K1, tree-mask attention: launcher and pure-torch reference (DESIGN 4).
+"""K1, tree-mask attention: launcher and pure-torch reference (docs/kernels.md, K1).
 
 The launcher checks shapes, dtypes and devices (cheap, always) and dispatches on ``backend``: the
 reference `tree_attention_ref` (the oracle), the production torch path `tree_attention_sdpa` (torch's
@@ -47,7 +47,7 @@ def tree_attention(
     num_splits: int | None = None,
     plan: "SdpaPlan | None" = None,
 ) -> Tensor:
-    """Attention of tree nodes over a per-row cache prefix plus their own ancestors (DESIGN K1).
+    """Attention of tree nodes over a per-row cache prefix plus their own ancestors (docs/kernels.md, K1).
 
     q:         [B, Hq, T, D] fp16/bf16/fp32, the T tree nodes' queries (RoPE applied).
     k, v:      [B, Hkv, S, D] same dtype, the cache buffers; Hq % Hkv == 0 (grouped-query attention).

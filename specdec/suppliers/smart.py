@@ -68,7 +68,7 @@ class SmartSupplier(Supplier):
                    it when a batch starts, by `CostModel.fit`'s batch-size rule).
     alpha:         > 0, aggressiveness on top of the learned calibration alpha_hat (paper: 0.8).
     topk:          children considered per frontier node; frontier: most nodes forwarded per layer and row
-                   (2 and 2: narrow, deep trees; README, "SMART", says what was measured against 8 and 8).
+                   (2 and 2: narrow, deep trees; docs/smart.md, "Defaults", says what was measured against 8 and 8).
     budget:        most nodes per tree, root included; None: the marginal rule alone decides, capped by
                    the most a tree can hold (1 + topk + (max_depth - 1) * frontier * topk).
     benefit:       "paper" (P(u) / |paths|, the current leaves) or "expected" (P(u)).

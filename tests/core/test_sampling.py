@@ -1,4 +1,4 @@
-"""Lossless sampling on trees, tested the four ways of STYLE 9: exact results on one-hot distributions,
+"""Lossless sampling on trees, tested the four ways (docs/architecture.md): exact results on one-hot distributions,
 structural invariants, seeded determinism, and the distribution of the first two generated tokens
 against the target's exact distribution for every supplier kind, with top-k/top-p and with filters on."""
 

@@ -1,5 +1,5 @@
 """Retrieval: the suffix-array datastore against brute force, the trie's counts and budget, file checks, and
-output identity of the retrieval supplier (DESIGN 5, issue 9)."""
+output identity of the retrieval supplier (docs/retrieval.md)."""
 
 from __future__ import annotations
 

@@ -253,7 +253,7 @@ def test_gpu_attention_noncontiguous_and_out(dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("num_splits", [None, 1, 6])
 def test_gpu_attention_real_sizes_error_within_twice_torch(dtype, num_splits):
-    """Llama-3-8B heads, against an fp64 oracle; STYLE 8: no worse than twice torch's own error in that
+    """Llama-3-8B heads, against an fp64 oracle (docs/architecture.md): no worse than twice torch's own error in that
     precision, and than twice the reference's (fp32 math, output rounded)."""
     B, Hq, Hkv, D, T, prefix = 4, 32, 8, 128, 64, 1300
     mask = _tree("random", B, T, seed=11).ancestor_mask
@@ -354,7 +354,7 @@ def test_gpu_token_logprob_matches_exact_and_triton(dtype, N, V, d, bias):
     truth = exact_logprob(hidden, weight, targets, b)
     theirs = (ops.token_logprob_ref(hidden, weight, targets, bias=b).double() - truth).abs().max()
     ours = (out.double() - truth).abs().max()
-    assert ours <= max(1e-5, 2 * theirs), (ours, theirs)  # fp32: summation error; 16-bit: STYLE 8
+    assert ours <= max(1e-5, 2 * theirs), (ours, theirs)  # fp32: summation error; 16-bit: docs/architecture.md
     torch.testing.assert_close(out, ops.token_logprob(hidden, weight, targets, bias=b, backend="triton"),
                                atol=1e-4, rtol=1e-5)
     assert torch.equal(out, ops.token_logprob(hidden, weight, targets, bias=b, backend="cuda"))  # deterministic

@@ -46,7 +46,7 @@ def test_triton_matches_exact(dtype, atol, rtol, N, V, d, bias):
 
 @needs_triton
 def test_triton_fp16_no_worse_than_torch():
-    # STYLE 8: against fp64, no worse than twice torch's own error in fp16 (torch rounds the logits to fp16).
+    # docs/architecture.md: against fp64, no worse than twice torch's own error in fp16 (torch rounds the logits to fp16).
     hidden, weight, b, targets = logprob_inputs(33, 1000, 40, dtype=torch.float16, bias=True, seed=4)
     truth = exact_logprob(hidden, weight, targets, b)
     ours = (token_logprob(hidden, weight, targets, bias=b, backend="triton").double() - truth).abs().max()

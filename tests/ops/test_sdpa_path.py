@@ -53,7 +53,7 @@ def test_sdpa_matches_reference_fp32(T, prefix, Hq, Hkv, kind):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("T, prefix, kind", [(1, 45, "chain"), (7, 0, "random"), (33, 45, "random"), (130, 1, "star")])
 def test_sdpa_low_precision_within_twice_torch_error(dtype, T, prefix, kind):
-    """STYLE's rule: no worse than twice the error of the same computation done by torch in that dtype."""
+    """docs/architecture.md's 2x rule: no worse than twice the error of the same computation done by torch in that dtype."""
     B, Hq, Hkv, D = 3, 4, 2, 32
     tree = make_tree(kind, B, T, seed=T)
     q64, k64, v64, start, length = inputs(B, Hq, Hkv, T, D, prefix, seed=T + 1)

@@ -1,4 +1,4 @@
-"""The tree-attention contract (DESIGN K1) on the torch backend, checked against torch's SDPA."""
+"""The tree-attention contract (docs/kernels.md, K1) on the torch backend, checked against torch's SDPA."""
 
 from __future__ import annotations
 

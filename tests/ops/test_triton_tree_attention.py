@@ -1,4 +1,4 @@
-"""The Triton tree-attention kernel (DESIGN K1) against the torch reference.
+"""The Triton tree-attention kernel (docs/kernels.md, K1) against the torch reference.
 
 Without a GPU the kernel runs under Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1):
 fp32 and fp16 only (bf16 arithmetic is wrong in the interpreter), tiny shapes (one launch costs
@@ -241,7 +241,7 @@ def test_kernels_compile_for_hopper_without_a_gpu():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("num_splits", [None, 1, 6])
 def test_gpu_real_sizes_error_within_twice_torch(dtype, num_splits):
-    """Llama-3-8B heads at a real tree and prefix, against an fp64 oracle. STYLE 8: no worse than twice
+    """Llama-3-8B heads at a real tree and prefix, against an fp64 oracle (docs/architecture.md): no worse than twice
     the error of torch computing the same in that precision; and, stricter, no worse than twice the
     error of the reference run on the same inputs (fp32 math, output rounded to `dtype`). fp32 errors
     are a few ulps either way: bounded absolutely."""
