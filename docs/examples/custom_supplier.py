@@ -19,9 +19,7 @@ import numpy as np
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specdec import SpeculativeGenerator
-from specdec.state import DecodeState
-from specdec.suppliers.base import Supplier
+from specdec import DecodeState, SpeculativeGenerator, Supplier
 from specdec.tree import TreeBatch
 
 

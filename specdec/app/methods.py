@@ -43,8 +43,8 @@ class Inputs:
 
 # What each input is, in a method's error when it is missing ("draft: method 'chain' needs a draft model").
 INPUT_DESCRIPTIONS = {"draft": "a draft model", "eagle": "an EAGLE head trained for the target",
-          "datastore": "a datastore built with the target's tokenizer (specdec datastore build)",
-          "cost": "a cost profile"}
+                      "datastore": "a datastore built with the target's tokenizer (specdec datastore build)",
+                      "cost": "a cost profile"}
 
 
 @dataclass(frozen=True)
