@@ -28,6 +28,7 @@ from torch import Tensor
 from transformers import Cache, PreTrainedModel
 from transformers.cache_utils import CacheLayerMixin
 
+from .checks import as_int
 from .parallel import attention_heads
 
 __all__ = ["TreeCache", "free_memory"]
@@ -80,10 +81,9 @@ class TreeCache(Cache):
         dtype: torch.dtype,
         device: torch.device | str,
     ):
-        for name, value in (("num_layers", num_layers), ("batch_size", batch_size), ("num_kv_heads", num_kv_heads),
-                            ("head_dim", head_dim), ("capacity", capacity)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        num_layers, batch_size, num_kv_heads, head_dim, capacity = (as_int(value, name, 1) for value, name in (
+            (num_layers, "num_layers"), (batch_size, "batch_size"), (num_kv_heads, "num_kv_heads"),
+            (head_dim, "head_dim"), (capacity, "capacity")))
         shape = (batch_size, num_kv_heads, capacity, head_dim)
         layers = [_TreeCacheLayer(torch.zeros(shape, dtype=dtype, device=device),
                                   torch.zeros(shape, dtype=dtype, device=device)) for _ in range(num_layers)]
