@@ -23,7 +23,7 @@ from ..sampling import Sampling
 
 __all__ = ["TREE_COUNTS", "check_bench", "check_counts", "check_device", "check_filter_flags", "check_generate",
            "check_output_dir", "check_output_file", "check_profile", "eagle_shape", "flag_message", "flag_names",
-           "read_prompt_file", "sampling_options", "scorer_name"]
+           "int_list", "read_prompt_file", "sampling_options", "scorer_name"]
 
 
 def flag_names(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
@@ -206,3 +206,10 @@ def check_bench(args: argparse.Namespace) -> str | None:
     if args.valuspec_methods and draft is None:
         raise ValueError("--valuspec-methods: ValuSpec scores with the draft; give --draft")
     return draft
+
+def int_list(text: str) -> list[int]:
+    """argparse type: "1,2,4" -> [1, 2, 4]."""
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None

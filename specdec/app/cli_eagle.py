@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from .._corpus import collect_documents
+from .cli_checks import int_list
 from .models import DTYPES, load_model, load_tokenizer
 from ..training import TrainSettings, train_eagle
 from ..verify import vocab_size
@@ -17,12 +18,6 @@ __all__ = ["add_train_eagle_parser", "cmd_train_eagle"]
 
 MODEL_HELP = "a local path, a hub id, demo-target (the embedded demo target) or smollm2"
 
-
-def int_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 def add_train_eagle_parser(sub: argparse._SubParsersAction) -> None:

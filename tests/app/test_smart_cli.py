@@ -9,7 +9,8 @@ import pytest
 
 from specdec import SmartSupplier
 from specdec.app import harness
-from specdec.app.cli import TREE_TOPK, main
+from specdec.app.cli import main
+from specdec.app.parser import TREE_TOPK
 from specdec.cost import CostModel
 from specdec.profiling import Profile
 from tests.helpers import generate_matches_hf
