@@ -128,18 +128,18 @@ def reference(target, ids, mask, max_new_tokens, eos):
 CLI_PROMPTS = ["w5 w6 w7 w5 w6", "w9 w10 w11 w12 w13 w9 w10 w11 w40"]
 
 
-def generate_matches_hf(saved, capsys, options: list[str]) -> dict:
-    """`specdec generate --json` with `options` on two prompts equals HF generate; returns the JSON."""
+def generate_matches_hf(saved, capsys, options: list[str], prompts: list[str] = CLI_PROMPTS) -> dict:
+    """`specdec generate --json` with `options` on `prompts` (one batch of two) equals HF generate; returns the JSON."""
     from specdec.app.cli import main  # the app layer: loaded only where a test runs the command line
 
     root, target, tokenizer = saved
     argv = ["generate", "--target", str(root / "target"), "--max-new-tokens", "12", "--batch-size", "2", "--device",
             "cpu", "--json", *options]
-    for p in CLI_PROMPTS:
+    for p in prompts:
         argv += ["--prompt", p]
     assert main(argv) == 0
     doc = json.loads(capsys.readouterr().out)
-    enc = tokenizer(CLI_PROMPTS, return_tensors="pt", padding=True, padding_side="left")
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
     ref = target.generate(**enc, max_new_tokens=12, do_sample=False, pad_token_id=0)
     want = tokenizer.batch_decode(ref[:, enc.input_ids.shape[1]:], skip_special_tokens=True)
     assert [r["completion"] for r in doc["results"]] == want

@@ -12,7 +12,7 @@ from transformers import PreTrainedTokenizerFast
 import specdec
 from specdec.app.cli import main
 from specdec.app.methods import names
-from tests.helpers import VOCAB, eagle_target, head_tensors, write_head
+from tests.helpers import VOCAB, generate_matches_hf, eagle_target, head_tensors, write_head
 
 pytestmark = pytest.mark.hf
 PROMPTS = ["w5 w6 w7 w5 w6", "w9 w10 w11 w12 w13 w9 w10 w11 w40"]
@@ -37,18 +37,9 @@ def saved(tmp_path_factory):
 
 @pytest.mark.parametrize("method", names(needing=["eagle"], within=["eagle"]))  # eagle, eagle-chain
 def test_generate_matches_hf_generate(saved, capsys, method):
-    root, target, tokenizer = saved
-    argv = ["generate", "--target", str(root / "target"), "--method", method, "--eagle", str(root / "head"),
-            "--depth", "3", "--topk", "2", "--total-tokens", "6", "--max-new-tokens", "12", "--batch-size", "2",
-            "--device", "cpu", "--json"]
-    for p in PROMPTS:
-        argv += ["--prompt", p]
-    assert main(argv) == 0
-    doc = json.loads(capsys.readouterr().out)
-    enc = tokenizer(PROMPTS, return_tensors="pt", padding=True, padding_side="left")
-    ref = target.generate(**enc, max_new_tokens=12, do_sample=False, pad_token_id=0)
-    want = tokenizer.batch_decode(ref[:, enc.input_ids.shape[1]:], skip_special_tokens=True)
-    assert [r["completion"] for r in doc["results"]] == want
+    root, _, _ = saved
+    doc = generate_matches_hf(saved, capsys, ["--method", method, "--eagle", str(root / "head"), "--depth", "3",
+                                              "--topk", "2", "--total-tokens", "6"], PROMPTS)
     assert doc["method"] == method and doc["stats"]["mean_tree_size"] > 1
 
 
