@@ -18,7 +18,10 @@
   plain steps in their steady state (a median, not a running mean: c_T is the unit of every decision, and
   on a shared CPU a burst of stalled steps, 40-55 ms against 12-13 at batch 8, lifted a running mean 40%
   for dozens of steps while the drafting prices, measured only when drafting, kept their level: drafting
-  then looked up to 1.4x better than it was), the verify stage per width (one multiplicative correction
+  then looked up to 1.4x better than it was; each member is taken relative to the verify stage's level of
+  its moment, and c_T carried to the current level: c_T is measured only in plain steps, a few every 64
+  drafting steps while drafting pays, and a window spanning a whole run lagged the machine's speed by up
+  to 50%), the verify stage per width (one multiplicative correction
   per width up to FINE and per power-of-two bucket beyond, shrunk toward a common level: level and
   shape; a tree planner's widths
   differ by a few nodes, and one correction for widths 8-15 kept the profile's shape there: a batch-1 CPU
@@ -280,12 +283,13 @@ class OnlineCosts:
 
     def __init__(self, model: CostModel, online: bool = True):
         self.model, self.online = model, online
-        self.ar_step = model.ar_step
         self.ar_seen = 0  # plain steps in their steady state that updated c_T
-        # c_T's window (context-normalised seconds). The profile's value is c_T until the first measurement
-        # and no member of it: the profile is one moment of the machine (one taken in a stalled minute read
-        # c_T at 50 ms where steps ran 9-10, and as a member it held c_T at 30 ms through 64 drafting steps)
+        # c_T's window: each warm plain step over the profile's c_T and over the verify level of its moment
+        # (context-normalised). The profile's value is c_T until the first measurement and no member of it:
+        # the profile is one moment of the machine (one taken in a stalled minute read c_T at 50 ms where
+        # steps ran 9-10, and as a member it held c_T at 30 ms through 64 drafting steps)
         self._ar_window: deque[float] = deque(maxlen=C_T_WINDOW)
+        self._ar_ratio = 1.0  # the window's median
         self.verify_level, self.verify_ratio, self.verify_seen = 1.0, np.ones(BUCKETS), np.zeros(BUCKETS)
         self.query, self.rest = 0.0, model.loop
         # The draft's part of a step, propose ~ a * catch_up(m) + b * sum of layer(w): decayed normal equations
@@ -370,6 +374,17 @@ class OnlineCosts:
         """The draft's part of a step: catch-up and layer forwards (expansions and syncs in the factor)."""
         return self.catch_up(backlog) + forwards * self.layer(layer_width)
 
+    @property
+    def ar_step(self) -> float:
+        """c_T at the profiled context: the profile's until the first measurement, then the window's median
+        ratio carried to the verify stage's current level. c_T is measured only in plain steps (a few every
+        C_T_EVERY drafting steps while drafting pays), the verify stage in every drafting step: the level
+        carries a change of the machine's speed between c_T's measurements (on the 2-core CPU steps sped
+        up from 9 to 6 ms within a run while a window of plain steps spanning it held c_T at 9)."""
+        if not self._ar_window:
+            return self.model.ar_step
+        return self.model.ar_step * self._ar_ratio * self.verify_level
+
     def ar(self, context: float | None) -> float:
         """c_T at `context` tokens: the estimate (held at the profiled context length) scaled like a
         one-node verification (`CostModel.context_factor`): an AR step at a shorter context is cheaper, and
@@ -382,10 +397,11 @@ class OnlineCosts:
         cold after the draft's forwards), while c_T stands for plain decoding in its steady state, as an AR
         baseline runs. c_T is the median of the window (module docstring): the planner's first c_T probe
         measures C_T_FIRST warm steps (their median rejects one stall), and a stall is then one outlier among
-        up to C_T_WINDOW."""
+        up to C_T_WINDOW. Each member is relative to the verify level of its moment (`ar_step`)."""
         if warm and self.online:  # the one-node verification is priced by c_T: no correction table to refresh
-            self._ar_window.append(step.seconds / self.model.context_factor(context))
-            self.ar_step = statistics.median(self._ar_window)
+            unit = self.model.ar_step * self.verify_level * self.model.context_factor(context)
+            self._ar_window.append(step.seconds / unit)
+            self._ar_ratio = statistics.median(self._ar_window)
             self.ar_seen += 1
 
     def observe_draft(self, step: StepRecord, facts: TreeFacts, context: float | None, host: bool) -> None:
@@ -421,10 +437,10 @@ class OnlineCosts:
         per-width verify corrections are the profile's shape at `other`'s batch and are not carried over."""
         if not self.online:
             return
-        self.ar_step = self.model.ar_step * other.ar_step / other.model.ar_step
         self.ar_seen = min(other.ar_seen, 1)
         # a member, measured: the next measurement counts as its mean with it, two outvote it
-        self._ar_window = deque([self.ar_step], maxlen=C_T_WINDOW)
+        self._ar_window = deque([other._ar_ratio] if other._ar_window else [], maxlen=C_T_WINDOW)
+        self._ar_ratio = other._ar_ratio
         self.rest = self.model.loop * other.rest / other.model.loop if other.model.loop > 0 else other.rest
         self.verify_level = other.verify_level
         self._gram, self._moment = other._gram, other._moment

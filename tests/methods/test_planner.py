@@ -147,6 +147,26 @@ def test_c_t_ignores_a_burst_of_stalls_and_follows_a_lasting_change():
     assert seeded.ar_step == pytest.approx(10e-3)
 
 
+def test_c_t_follows_the_machine_between_its_measurements():
+    """c_T is measured only in plain steps, a few every C_T_EVERY drafting steps while drafting pays; the
+    verify stage in every drafting step. When the machine speeds up between c_T's measurements (the 2-core
+    CPU went from 9 to 6 ms a step within one run), c_T follows the verify stage's level; the plain steps'
+    offset from that level (verification inside the loop runs slower than profiled) stays as measured."""
+    model = make_cost(ar_step=4e-3, loop=5e-4)
+    costs = OnlineCosts(model)
+    for _ in range(3):  # drafting at the profile's speed (the first level: 1)
+        costs.observe_verify(record(8, model.verify_seconds(8)), None)
+    for _ in range(C_T_WINDOW):  # plain steps 1.5x the profile's
+        costs.observe_ar(record(1, 6e-3), None, warm=True)
+    assert costs.ar_step == pytest.approx(6e-3, rel=0.01)
+    for _ in range(40):  # then the machine runs 0.6x as long a step: drafting steps only
+        costs.observe_verify(record(8, 0.6 * model.verify_seconds(8)), None)
+    assert costs.verify_level == pytest.approx(0.6, rel=0.01)
+    assert costs.ar_step == pytest.approx(0.6 * 6e-3, rel=0.02)
+    costs.observe_ar(record(1, 0.6 * 6e-3), None, warm=True)  # a measurement at the new speed agrees
+    assert costs.ar_step == pytest.approx(0.6 * 6e-3, rel=0.02)
+
+
 def test_online_costs_learn_the_slope_between_nearby_widths():
     """A profile flat from 8 to 14 nodes (a batch-1 CPU) while the loop measures 14 nodes 40% dearer than 8:
     each width up to FINE has its own correction, so a planner choosing between them sees the slope (one
@@ -247,16 +267,17 @@ def test_a_planner_that_always_drafts_re_measures_c_t_with_a_few_plain_steps():
         plan = planner.plan(backlog=1)
         depths.append(plan.depth)
         if plan.depth:
-            step = StepRecord(8, np.array([plan.length]), 0.2 * plan.seconds, 0.0, 0.8 * plan.seconds, 0.0)
+            # verification as profiled (its level stays 1: c_T's window is relative to it)
+            step = StepRecord(8, np.array([plan.length]), 0.2 * plan.seconds, 0.0, cost.verify_seconds(8), 0.0)
             planner.record(step, TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=1))
-        else:  # plain steps take half the profiled c_T; one of the first probe's warm steps stalls
+        else:  # plain steps take 1.5x the profiled c_T; one of the first probe's warm steps stalls
             assert plan.probe
             stalled = len(depths) == WARMUP + WARM_AFTER + 2
-            planner.record(record(1, 5 * cost.ar_step if stalled else cost.ar_step / 2), None)
+            planner.record(record(1, 5 * cost.ar_step if stalled else 1.5 * cost.ar_step), None)
     plain = [i for i, d in enumerate(depths) if d == 0]
     second = WARMUP + first_probe + C_T_EVERY
     assert plain == list(range(WARMUP, WARMUP + first_probe)) + list(range(second, second + WARM_AFTER + 1))
-    assert planner.costs.ar_seen == C_T_FIRST + 1 and planner.costs.ar(None) == pytest.approx(cost.ar_step / 2)
+    assert planner.costs.ar_seen == C_T_FIRST + 1 and planner.costs.ar(None) == pytest.approx(1.5 * cost.ar_step)
 
 
 @pytest.mark.parametrize("realise", [False, True])
