@@ -291,6 +291,7 @@ class OnlineCosts:
         self._ar_window: deque[float] = deque(maxlen=C_T_WINDOW)
         self._ar_ratio = 1.0  # the window's median
         self.verify_level, self.verify_ratio, self.verify_seen = 1.0, np.ones(BUCKETS), np.zeros(BUCKETS)
+        self.level_seen = 0  # drafting steps behind the level (at most 1 / COST_WEIGHT counted)
         self.query, self.rest = 0.0, model.loop
         # The draft's part of a step, propose ~ a * catch_up(m) + b * sum of layer(w): decayed normal equations
         # of that least-squares fit, with PRIOR pseudo-steps at a = b = 1 (the profile as measured).
@@ -442,7 +443,7 @@ class OnlineCosts:
         self._ar_window = deque([other._ar_ratio] if other._ar_window else [], maxlen=C_T_WINDOW)
         self._ar_ratio = other._ar_ratio
         self.rest = self.model.loop * other.rest / other.model.loop if other.model.loop > 0 else other.rest
-        self.verify_level = other.verify_level
+        self.verify_level, self.level_seen = other.verify_level, other.level_seen
         self._gram, self._moment = other._gram, other._moment
         self.catch_factor, self.layer_factor = other.catch_factor, other.layer_factor
         self._stale = True
@@ -454,7 +455,15 @@ class OnlineCosts:
         w = step.width
         ratio = step.verify / (self.profiled(w) * self.model.context_factor(context))
         b = self._bucket_list[w] if w < TABLE else int(_bucket(w))
-        self.verify_level = self._ema(self.verify_level, ratio)
+        # the level is the (geometric) mean of its observations until the running mean's memory is filled:
+        # c_T, measured against it from the planner's ninth step on, must not see the profile's 1 fade out
+        self.level_seen = min(self.level_seen + 1, 1 / COST_WEIGHT)
+        if self.level_seen < 1 / COST_WEIGHT:
+            old = self.verify_level
+            new = min(max(ratio, old / CLIP), old * CLIP) if self.level_seen > 1 else ratio
+            self.verify_level = math.exp(math.log(old) + (math.log(new) - math.log(old)) / self.level_seen)
+        else:
+            self.verify_level = self._ema(self.verify_level, ratio)
         self.verify_ratio[b] = self._ema(self.verify_ratio[b], ratio) if self.verify_seen[b] else ratio
         self.verify_seen[b] = min(self.verify_seen[b] + 1, 1 / COST_WEIGHT)
         self._stale = True

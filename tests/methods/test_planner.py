@@ -154,7 +154,11 @@ def test_c_t_follows_the_machine_between_its_measurements():
     offset from that level (verification inside the loop runs slower than profiled) stays as measured."""
     model = make_cost(ar_step=4e-3, loop=5e-4)
     costs = OnlineCosts(model)
-    for _ in range(3):  # drafting at the profile's speed (the first level: 1)
+    for _ in range(3):  # the level is its observations' mean at first (not a running mean from the profile's 1)
+        costs.observe_verify(record(8, 1.3 * model.verify_seconds(8)), None)
+    assert costs.verify_level == pytest.approx(1.3)
+    costs = OnlineCosts(model)
+    for _ in range(3):  # drafting at the profile's speed
         costs.observe_verify(record(8, model.verify_seconds(8)), None)
     for _ in range(C_T_WINDOW):  # plain steps 1.5x the profile's
         costs.observe_ar(record(1, 6e-3), None, warm=True)
