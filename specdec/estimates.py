@@ -55,6 +55,7 @@ DECAY = 0.98  # per drafting step, for the acceptance and growth counts (about 5
 PRIOR = 2.0  # pseudo-observations behind each prior
 C_T_WINDOW = 31  # warm plain steps whose median is c_T (a burst of stalls shorter than half of it moves nothing)
 C_T_FIRST = 3  # warm plain steps the first measurement of c_T takes (the planner's first c_T probe)
+LEVEL_STALE = 8  # plain steps after which the verify level no longer dates c_T's newest members (`_observe_level`)
 CLIP = 3.0  # one step's timing moves an estimate by at most this factor (a stall is not a new cost)
 TABLE = 512  # widths and backlogs priced from precomputed tables (larger ones through the cost model)
 EDGES = np.array([0.0, 0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
@@ -290,6 +291,8 @@ class OnlineCosts:
         # steps ran 9-10, and as a member it held c_T at 30 ms through 64 drafting steps)
         self._ar_window: deque[float] = deque(maxlen=C_T_WINDOW)
         self._ar_ratio = 1.0  # the window's median
+        self._since_level = 0  # plain steps since the verify level last moved
+        self._anchoring = False  # the level is learned afresh after plain steps and dates c_T meanwhile
         self.verify_level, self.verify_ratio, self.verify_seen = 1.0, np.ones(BUCKETS), np.zeros(BUCKETS)
         self.level_seen = 0  # drafting steps behind the level (at most 1 / COST_WEIGHT counted)
         self.query, self.rest = 0.0, model.loop
@@ -399,19 +402,22 @@ class OnlineCosts:
         baseline runs. c_T is the median of the window (module docstring): the planner's first c_T probe
         measures C_T_FIRST warm steps (their median rejects one stall), and a stall is then one outlier among
         up to C_T_WINDOW. Each member is relative to the verify level of its moment (`ar_step`)."""
+        self._since_level += 1
         if warm and self.online:  # the one-node verification is priced by c_T: no correction table to refresh
             unit = self.model.ar_step * self.verify_level * self.model.context_factor(context)
             self._ar_window.append(step.seconds / unit)
             self._ar_ratio = statistics.median(self._ar_window)
             self.ar_seen += 1
 
-    def observe_draft(self, step: StepRecord, facts: TreeFacts, context: float | None, host: bool) -> None:
+    def observe_draft(self, step: StepRecord, facts: TreeFacts, context: float | None, host: bool,
+                      steady: bool = True) -> None:
+        """A drafting step; `steady`: not the first after plain steps or of a call (`observe_verify`)."""
         if host:
             self.query = self._ema(self.query, step.propose) if self.query > 0 else step.propose
         elif self.online:
             self._fit_draft(step.propose, facts)
         self.rest = self._ema(self.rest, step.filter + step.commit)
-        self.observe_verify(step, context)
+        self.observe_verify(step, context, steady)
 
     def _fit_draft(self, seconds: float, facts: TreeFacts) -> None:
         """Refit the draft's two factors on this step's propose time: the catch-up's (it runs right after the
@@ -441,22 +447,45 @@ class OnlineCosts:
         self.ar_seen = min(other.ar_seen, 1)
         # a member, measured: the next measurement counts as its mean with it, two outvote it
         self._ar_window = deque([other._ar_ratio] if other._ar_window else [], maxlen=C_T_WINDOW)
-        self._ar_ratio = other._ar_ratio
+        self._ar_ratio, self._since_level, self._anchoring = other._ar_ratio, other._since_level, other._anchoring
         self.rest = self.model.loop * other.rest / other.model.loop if other.model.loop > 0 else other.rest
         self.verify_level, self.level_seen = other.verify_level, other.level_seen
         self._gram, self._moment = other._gram, other._moment
         self.catch_factor, self.layer_factor = other.catch_factor, other.layer_factor
         self._stale = True
 
-    def observe_verify(self, step: StepRecord, context: float | None) -> None:
-        """Correct the verify curve at this step's padded width (its bucket, and the common level)."""
+    def observe_verify(self, step: StepRecord, context: float | None, steady: bool = True) -> None:
+        """Correct the verify curve at this step's padded width: its bucket, and, from a `steady` step, the
+        common level. The first drafting step after plain steps verifies slower (the target's weights cold
+        after the draft's long catch-up); it corrects its bucket but not the level, which carries c_T
+        (`ar_step`): while plain decoding pays the only drafting steps are such probes, and each one lifted
+        c_T and with it every drafting plan."""
         if not self.online:
             return
         w = step.width
         ratio = step.verify / (self.profiled(w) * self.model.context_factor(context))
         b = self._bucket_list[w] if w < TABLE else int(_bucket(w))
-        # the level is the (geometric) mean of its observations until the running mean's memory is filled:
-        # c_T, measured against it from the planner's ninth step on, must not see the profile's 1 fade out
+        if steady:
+            self._observe_level(ratio)
+        self.verify_ratio[b] = self._ema(self.verify_ratio[b], ratio) if self.verify_seen[b] else ratio
+        self.verify_seen[b] = min(self.verify_seen[b] + 1, 1 / COST_WEIGHT)
+        self._stale = True
+
+    def _observe_level(self, ratio: float) -> None:
+        """The level is the (geometric) mean of its observations until the running mean's memory is filled:
+        c_T, measured against it from the planner's ninth step on, must not see the profile's 1 fade out.
+
+        c_T's members are dated by the level of their moment only while drafting measures it: plain steps
+        taken more than LEVEL_STALE steps after it last moved (plain decoding paying, or before any drafting
+        step) are as fresh as any estimate, while the level is not (the profile's, or an old drafting
+        stretch's). The level is then learned afresh from the next drafting steps (a mean, as at the start)
+        and taken as theirs until learned, so c_T is continuous when drafting resumes: verification inside
+        drafting steps runs slower than profiled (at batch 16 on the 2-core CPU, 1.35x, the target's weights
+        cold after the head's forwards), and carried over from the profile's level that lifted c_T by 35%
+        and with it every drafting plan (drafting at 0.76x AR)."""
+        old_level = self.verify_level
+        if self._ar_window and (self.level_seen == 0 or self._since_level > LEVEL_STALE):
+            self.level_seen, self._anchoring = 0, True  # a new drafting stretch: its level learned afresh
         self.level_seen = min(self.level_seen + 1, 1 / COST_WEIGHT)
         if self.level_seen < 1 / COST_WEIGHT:
             old = self.verify_level
@@ -464,9 +493,12 @@ class OnlineCosts:
             self.verify_level = math.exp(math.log(old) + (math.log(new) - math.log(old)) / self.level_seen)
         else:
             self.verify_level = self._ema(self.verify_level, ratio)
-        self.verify_ratio[b] = self._ema(self.verify_ratio[b], ratio) if self.verify_seen[b] else ratio
-        self.verify_seen[b] = min(self.verify_seen[b] + 1, 1 / COST_WEIGHT)
-        self._stale = True
+        if self._anchoring:  # until it is learned, the new level dates c_T's members: c_T stays as measured
+            keep = old_level / self.verify_level
+            self._ar_window = deque((q * keep for q in self._ar_window), maxlen=C_T_WINDOW)
+            self._ar_ratio *= keep
+            self._anchoring = self.level_seen < 1 / COST_WEIGHT
+        self._since_level = 0
 
     def _ema(self, old: float, new: float) -> float:
         if not self.online:

@@ -49,6 +49,8 @@ RESUME_HORIZON = 8  # steps over which a longer catch-up after plain steps is am
 REALISED_WEIGHT = 0.03  # per step, drafting or plain, the decay of the realised-rate sums (~33 steps count)
 SPREAD_WEIGHT = 0.25  # weight of one call in the batch-spread correction, after the first few (a running mean)
 SPREAD_MIN_STEPS = 4  # drafting steps a call needs before its spread counts
+SPREAD_DEVIATION = 0.2  # the per-row deviation a batch size's spread is predicted from before any is measured,
+SPREAD_PRIOR_CALLS = 1.0  # counted as this many calls (the demo pair measured 0.15-0.31: docs/smart.md)
 C_T_EVERY = 64  # drafting steps in a row before a few plain ones re-measure c_T (the first after WARMUP)
 COLD_PROBE = 4  # a cold draft's probe waits the longest interval only if its catch-up costs more AR steps than this
 
@@ -167,7 +169,7 @@ class StepPlanner:
         self.stats = PlanStats()
 
     def _predicted_spread(self, batch_size: int) -> float:
-        """The spread of a batch size not measured yet, from the batch sizes that were (1.0 if none).
+        """The spread of a batch size not measured yet, from the batch sizes that were and a prior.
 
         The batch waits for its slowest row: its progress falls short of the rows' mean by about the expected
         maximum of `batch_size` draws (`_slowest`) times a per-row deviation, whether that comes from the
@@ -176,13 +178,17 @@ class StepPlanner:
         by the calls that measured them, predicts 1 / (1 + deviation * _slowest(batch_size)). Assumed 1.0
         instead, Spec-Bench's batch of 8 on the demo pair (the batch of 6 had measured 0.80) drafted a whole
         call at 1.82 s against AR's 1.55, and then measured 0.78, what this predicts from 0.80 at 6
-        (bench/results/2026-12-03-cpu-eagle-2844686/diag/tr3_sb8.txt).
+        (bench/results/2026-12-03-cpu-eagle-2844686/diag/tr3_sb8.txt). With none measured the deviation
+        is the prior SPREAD_DEVIATION (SPREAD_PRIOR_CALLS calls' weight beside the measured ones): a planner
+        that first drafted at batch 16 assumed a spread of 1 and drafted a call at 0.83x AR until that call
+        measured 0.79 (the EAGLE head at HumanEval batch 16, bench/results/2026-12-03-cpu-eagle-*/diag/).
         """
-        measured = [(b, s) for b, s in self._batches.items() if s.spread_calls and b > 1]
-        if batch_size < 2 or not measured:
+        if batch_size < 2:
             return 1.0
-        weight = sum(s.spread_calls for _, s in measured)
-        deviation = sum(s.spread_calls * (1 / s.spread - 1) / _slowest(b) for b, s in measured) / weight
+        measured = [(b, s) for b, s in self._batches.items() if s.spread_calls and b > 1]
+        weight = SPREAD_PRIOR_CALLS + sum(s.spread_calls for _, s in measured)
+        deviation = (SPREAD_PRIOR_CALLS * SPREAD_DEVIATION + sum(s.spread_calls * (1 / s.spread - 1) / _slowest(b)
+                                                                 for b, s in measured)) / weight
         return 1 / (1 + deviation * _slowest(batch_size))
 
     def _new_state(self, cost: CostModel) -> _BatchState:
@@ -341,12 +347,12 @@ class StepPlanner:
             if depth is not None and step.active is not None:
                 depth = depth[step.active]
             self.depths.record(facts, rows - 1, depth)
-            c.observe_draft(step, facts, self.context, self.host)
-            self.stats.steps_drafted += 1
             # Only a steady drafting step (its catch-up no longer than the previous step's tokens) tells
             # whether drafting realises its plans; a resume's catch-up over plain steps' tokens or a cold
-            # prompt is mostly the catch-up's estimate (`_realise`).
+            # prompt is mostly the catch-up's estimate (`_realise`), and its verification runs cold.
             steady = facts.backlog <= self._last_tokens
+            c.observe_draft(step, facts, self.context, self.host, steady=steady or self.host)
+            self.stats.steps_drafted += 1
             self._realise(plan if steady and not plan.warmup else None, measured, step.seconds)
         self._last_tokens = int(rows.max()) if rows.size else 1
         plain = facts is None or plan.depth == 0

@@ -10,8 +10,8 @@ import pytest
 
 from specdec.cost import CostModel, Curve
 from specdec.estimates import C_T_FIRST, C_T_WINDOW, Estimates, OnlineCosts
-from specdec.planner import (BACKOFF, C_T_EVERY, COLD_PROBE, MARGIN, REPLAN_EVERY, SPREAD_WEIGHT, WARM_AFTER, WARMUP,
-                             StepPlanner, StepRecord, TreeFacts)
+from specdec.planner import (BACKOFF, C_T_EVERY, COLD_PROBE, MARGIN, REPLAN_EVERY, SPREAD_DEVIATION, SPREAD_PRIOR_CALLS,
+                             SPREAD_WEIGHT, WARM_AFTER, WARMUP, StepPlanner, StepRecord, TreeFacts)
 from tests.helpers import make_cost
 
 MAX_DEPTH = 7
@@ -158,10 +158,11 @@ def test_c_t_follows_the_machine_between_its_measurements():
         costs.observe_verify(record(8, 1.3 * model.verify_seconds(8)), None)
     assert costs.verify_level == pytest.approx(1.3)
     costs = OnlineCosts(model)
-    for _ in range(3):  # drafting at the profile's speed
-        costs.observe_verify(record(8, model.verify_seconds(8)), None)
-    for _ in range(C_T_WINDOW):  # plain steps 1.5x the profile's
-        costs.observe_ar(record(1, 6e-3), None, warm=True)
+    for _ in range(6):  # drafting at the profile's speed, with c_T probes of three plain steps 1.5x the profile's
+        for _ in range(8):
+            costs.observe_verify(record(8, model.verify_seconds(8)), None)
+        for _ in range(3):
+            costs.observe_ar(record(1, 6e-3), None, warm=True)
     assert costs.ar_step == pytest.approx(6e-3, rel=0.01)
     for _ in range(40):  # then the machine runs 0.6x as long a step: drafting steps only
         costs.observe_verify(record(8, 0.6 * model.verify_seconds(8)), None)
@@ -169,6 +170,29 @@ def test_c_t_follows_the_machine_between_its_measurements():
     assert costs.ar_step == pytest.approx(0.6 * 6e-3, rel=0.02)
     costs.observe_ar(record(1, 0.6 * 6e-3), None, warm=True)  # a measurement at the new speed agrees
     assert costs.ar_step == pytest.approx(0.6 * 6e-3, rel=0.02)
+
+
+def test_c_t_is_continuous_when_drafting_resumes():
+    """Plain steps measured while plain decoding pays (or before any drafting step) are as fresh as c_T can
+    be, while the verify level is the profile's or an old drafting stretch's: the first level after them is
+    taken as theirs. Drafting steps verify slower than profiled (1.35x at batch 16 on the 2-core CPU, the
+    target's weights cold after the head's forwards); carried over from the profile's level, that lifted
+    c_T by 35% and the planner drafted at 0.76x AR. A resume's own verification (not steady) runs colder
+    still and leaves the level alone."""
+    model = make_cost(ar_step=4e-3, loop=5e-4)
+    for before in (0, 1):  # no drafting step yet; a drafting stretch long ago
+        costs = OnlineCosts(model)
+        for _ in range(before * 20):
+            costs.observe_verify(record(8, model.verify_seconds(8)), None)
+        for _ in range(C_T_WINDOW):
+            costs.observe_ar(record(1, 5e-3), None, warm=True)
+        assert costs.ar_step == pytest.approx(5e-3)
+        costs.observe_verify(record(8, 3.0 * model.verify_seconds(8)), None, steady=False)  # the resume
+        assert costs.ar_step == pytest.approx(5e-3)
+        for _ in range(20):
+            costs.observe_verify(record(8, 1.35 * model.verify_seconds(8)), None)
+        assert costs.verify_level == pytest.approx(1.35, rel=0.02)
+        assert costs.ar_step == pytest.approx(5e-3, rel=0.02)
 
 
 def test_online_costs_learn_the_slope_between_nearby_widths():
@@ -422,24 +446,29 @@ def test_calls_that_do_not_draft_age_the_spread_toward_one():
 
 
 def test_a_batch_size_not_measured_yet_takes_the_spread_the_measured_ones_predict():
-    """A batch waits for its slowest row, so its spread falls with the batch size: measured 0.8 at batch 2,
-    batch 4 (never measured) is predicted 1 / (1 + 0.25 * e4 / e2), where e_B is the expected maximum of B
-    standard normal draws, and drafting's gain there (1.13x over AR before the spread) falls below the
-    margin, where a spread assumed to be 1 would draft. Batch 1 stays at 1; a batch size's own measurement
-    replaces the prediction; and a batch size met before any was measured is predicted once one is."""
+    """A batch waits for its slowest row, so its spread falls with the batch size: measured 0.8 at batch 2
+    (a per-row deviation of 0.25 / e2), batch 4 (never measured) is predicted 1 / (1 + deviation * e4), where
+    e_B is the expected maximum of B standard normal draws and the deviation is that measurement's beside the
+    prior SPREAD_DEVIATION (SPREAD_PRIOR_CALLS calls), and drafting's gain there (1.13x over AR before the
+    spread) falls below the margin, where a spread assumed to be 1 would draft. Batch 1 stays at 1; a batch
+    size's own measurement replaces the prediction; a batch size met before any was measured takes the
+    prior's prediction, and the measured ones' once they are."""
     cost = knee_cost(6, 1e-3)
     _, speedup = brute_force(cost, FixedDepths(0.5))
     e = {b: float(np.mean(np.max(np.random.default_rng(b).standard_normal((400_000, b)), axis=1))) for b in (2, 4)}
-    want = 1 / (1 + 0.25 * e[4] / e[2])
+    deviation = (SPREAD_PRIOR_CALLS * SPREAD_DEVIATION + 0.25 / e[2]) / (SPREAD_PRIOR_CALLS + 1)
+    want = 1 / (1 + deviation * e[4])
     assert speedup * want < 1 + MARGIN / 2 < 1 + MARGIN < speedup  # drafting pays unless the spread is priced
     at = {b: replace(cost, batch_size=b) for b in (1, 2, 4, 8)}  # one profile per batch size, as a server holds
     planner = StepPlanner(MAX_DEPTH, online=False, realise=False, probe_every=1000)
     planner.depths = RecordingDepths(0.5)
-    planner.start(at[4])  # met first, nothing measured yet: 1
-    assert planner.state.spread == 1.0
+    planner.start(at[4])  # met first, nothing measured yet: the prior's
+    assert planner.state.spread == pytest.approx(1 / (1 + SPREAD_DEVIATION * e[4]), abs=0.01)
     both, first = [True, True], [True, False]
+    planner.depths = RecordingDepths(0.9)  # batch 2 drafts (at 0.5 its prior spread, 0.9, would not)
     run_call(planner, at[2], [(both, [1, 2])] * 4 + [(first, [1])] * 4)
     assert planner.state.spread == pytest.approx(0.8)
+    planner.depths = RecordingDepths(0.5)
     planner.start(at[4])
     assert planner.state.spread == pytest.approx(want, abs=0.01)  # Blom's approximation of e_B
     assert planner.plan(backlog=1).depth == 0
