@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["Calibration", "DepthStats", "Estimates", "OnlineCosts", "TreeFacts", "tested_nodes"]
 
 COST_WEIGHT = 0.15  # weight of one observation in the running cost estimates
+LEVEL_WEIGHT = 0.05  # ... in the verify stage's common level, which carries c_T (a step's verify time is noisy)
 DECAY = 0.98  # per drafting step, for the acceptance and growth counts (about 50 steps of memory)
 PRIOR = 2.0  # pseudo-observations behind each prior
 C_T_WINDOW = 31  # warm plain steps whose median is c_T (a burst of stalls shorter than half of it moves nothing)
@@ -294,7 +295,7 @@ class OnlineCosts:
         self._since_level = 0  # plain steps since the verify level last moved
         self._anchoring = False  # the level is learned afresh after plain steps and dates c_T meanwhile
         self.verify_level, self.verify_ratio, self.verify_seen = 1.0, np.ones(BUCKETS), np.zeros(BUCKETS)
-        self.level_seen = 0  # drafting steps behind the level (at most 1 / COST_WEIGHT counted)
+        self.level_seen = 0  # steady drafting steps behind the level (at most 1 / LEVEL_WEIGHT counted)
         self.query, self.rest = 0.0, model.loop
         # The draft's part of a step, propose ~ a * catch_up(m) + b * sum of layer(w): decayed normal equations
         # of that least-squares fit, with PRIOR pseudo-steps at a = b = 1 (the profile as measured).
@@ -486,25 +487,25 @@ class OnlineCosts:
         old_level = self.verify_level
         if self._ar_window and (self.level_seen == 0 or self._since_level > LEVEL_STALE):
             self.level_seen, self._anchoring = 0, True  # a new drafting stretch: its level learned afresh
-        self.level_seen = min(self.level_seen + 1, 1 / COST_WEIGHT)
-        if self.level_seen < 1 / COST_WEIGHT:
+        self.level_seen = min(self.level_seen + 1, 1 / LEVEL_WEIGHT)
+        if self.level_seen < 1 / LEVEL_WEIGHT:
             old = self.verify_level
             new = min(max(ratio, old / CLIP), old * CLIP) if self.level_seen > 1 else ratio
             self.verify_level = math.exp(math.log(old) + (math.log(new) - math.log(old)) / self.level_seen)
         else:
-            self.verify_level = self._ema(self.verify_level, ratio)
+            self.verify_level = self._ema(self.verify_level, ratio, LEVEL_WEIGHT)
         if self._anchoring:  # until it is learned, the new level dates c_T's members: c_T stays as measured
             keep = old_level / self.verify_level
             self._ar_window = deque((q * keep for q in self._ar_window), maxlen=C_T_WINDOW)
             self._ar_ratio *= keep
-            self._anchoring = self.level_seen < 1 / COST_WEIGHT
+            self._anchoring = self.level_seen < 1 / LEVEL_WEIGHT
         self._since_level = 0
 
-    def _ema(self, old: float, new: float) -> float:
+    def _ema(self, old: float, new: float, weight: float = COST_WEIGHT) -> float:
         if not self.online:
             return old
         old = max(old, 1e-6)  # a part the profile measured as nothing (the loop next to a forward) still ticks
         new = min(max(new, old / CLIP), old * CLIP)
-        return math.exp((1 - COST_WEIGHT) * math.log(old) + COST_WEIGHT * math.log(new))
+        return math.exp((1 - weight) * math.log(old) + weight * math.log(new))
 
 
