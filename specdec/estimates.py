@@ -21,7 +21,7 @@
   then looked up to 1.4x better than it was; each member is taken relative to the verify stage's level of
   its moment, and c_T carried to the current level: c_T is measured only in plain steps, a few every 64
   drafting steps while drafting pays, and a window spanning a whole run lagged the machine's speed by up
-  to 50%), the verify stage per width (one multiplicative correction
+  to 50%; continuous when drafting resumes after plain steps: `OnlineCosts._observe_level`), the verify stage per width (one multiplicative correction
   per width up to FINE and per power-of-two bucket beyond, shrunk toward a common level: level and
   shape; a tree planner's widths
   differ by a few nodes, and one correction for widths 8-15 kept the profile's shape there: a batch-1 CPU
@@ -481,9 +481,9 @@ class OnlineCosts:
         step) are as fresh as any estimate, while the level is not (the profile's, or an old drafting
         stretch's). The level is then learned afresh from the next drafting steps (a mean, as at the start)
         and taken as theirs until learned, so c_T is continuous when drafting resumes: verification inside
-        drafting steps runs slower than profiled (at batch 16 on the 2-core CPU, 1.35x, the target's weights
-        cold after the head's forwards), and carried over from the profile's level that lifted c_T by 35%
-        and with it every drafting plan (drafting at 0.76x AR)."""
+        drafting steps runs slower than profiled (at batch 16 on the 2-core CPU, 1.2-1.35x, the target's
+        weights cold after the head's forwards), and carried over from the profile's level that lifted c_T
+        by 32% and with it every drafting plan (a call drafted at 0.76x AR)."""
         old_level = self.verify_level
         if self._ar_window and (self.level_seen == 0 or self._since_level > LEVEL_STALE):
             self.level_seen, self._anchoring = 0, True  # a new drafting stretch: its level learned afresh

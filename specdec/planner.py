@@ -181,12 +181,14 @@ class StepPlanner:
         (bench/results/2026-12-03-cpu-eagle-2844686/diag/tr3_sb8.txt). With none measured the deviation
         is the prior SPREAD_DEVIATION (SPREAD_PRIOR_CALLS calls' weight beside the measured ones): a planner
         that first drafted at batch 16 assumed a spread of 1 and drafted a call at 0.83x AR until that call
-        measured 0.79 (the EAGLE head at HumanEval batch 16, bench/results/2026-12-03-cpu-eagle-*/diag/).
+        measured 0.79 (the EAGLE head at HumanEval batch 16, bench/results/2026-12-03-cpu-eagle-ee9e9f4/diag/).
         """
         if batch_size < 2:
             return 1.0
         measured = [(b, s) for b, s in self._batches.items() if s.spread_calls and b > 1]
         weight = SPREAD_PRIOR_CALLS + sum(s.spread_calls for _, s in measured)
+        if weight <= 0:  # no prior (SPREAD_PRIOR_CALLS = 0) and nothing measured
+            return 1.0
         deviation = (SPREAD_PRIOR_CALLS * SPREAD_DEVIATION + sum(s.spread_calls * (1 / s.spread - 1) / _slowest(b)
                                                                  for b, s in measured)) / weight
         return 1 / (1 + deviation * _slowest(batch_size))
