@@ -6,7 +6,7 @@ unscored tree goes to the target whole and the scorer catches up on its tokens a
 a scored step's threshold rule, the gate may cut the tree further to a padded width (`ScoringGate.size`).
 
 `CostGate` prices both sides with SMART's step cost model (`specdec.cost.CostModel`, fitted at the
-batch size from a `Profile`, corrected by the loop's own timers through `specdec.estimates.OnlineCosts`:
+batch size from a `Profile`, corrected by the loop's own timers through `specdec.online_costs.OnlineCosts`:
 the StepRecords the generation loop measured anyway; no sync is added)::
 
     saving = V(W) - V(r * W) - (1 - q) * C       cost = k * S(W)       score  iff  saving > (1 + margin) * cost
@@ -72,7 +72,7 @@ import torch
 from torch import Tensor
 
 from .cost import CostModel, CostsByBatch
-from .estimates import OnlineCosts
+from .online_costs import OnlineCosts
 from .profiling import Profile
 from .stages import StepRecord
 from .state import DecodeState

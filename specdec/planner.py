@@ -5,8 +5,8 @@ retrieval and prompt lookup: 0 or their tree depth) maximising the predicted spe
 
     R(D) = L(D) * c_T / C(D)          D = 0: a plain AR step (L = 1, C = c_T), the draft does not run
 
-with L(D), C(D) from `specdec.estimates` (measured acceptance and tree growth by depth, the step cost
-model corrected by the loop's timers), and drafts only when R(D*) beats 1 by a margin (`MARGIN` to start
+with L(D) from `specdec.estimates` (measured acceptance and tree growth by depth) and C(D) from
+`specdec.online_costs` (the step cost model corrected by the loop's timers), and drafts only when R(D*) beats 1 by a margin (`MARGIN` to start
 drafting, half of it to go on: hysteresis). A longer catch-up after plain steps is paid once when drafting
 resumes: the decision amortises what it exceeds the usual one by over `RESUME_HORIZON` steps. Every
 `probe_every` steps a probe keeps the estimates fresh: while plain decoding pays, a drafting step at the
@@ -35,7 +35,8 @@ from statistics import NormalDist
 import numpy as np
 
 from .cost import CostModel
-from .estimates import C_T_FIRST, Calibration, DepthStats, OnlineCosts, TreeFacts, tested_nodes
+from .estimates import Calibration, DepthStats, TreeFacts, tested_nodes
+from .online_costs import C_T_FIRST, OnlineCosts
 from .stages import PlanStats, StepRecord
 
 __all__ = ["StepRecord", "TreeFacts", "Plan", "PlanStats", "StepPlanner", "MARGIN"]

@@ -27,6 +27,7 @@ from specdec.planner import Plan
 from specdec.profiling import BACKLOGS, Profile
 from specdec.records import device_name
 from specdec.sampling import Sampling
+from specdec.stages import StepRecord
 from specdec.state import DecodeState
 from specdec.suppliers.base import Supplier
 from specdec.tree import TreeBatch
@@ -179,6 +180,12 @@ def count_calls(monkeypatch, module, name: str) -> list:
 PROFILE_SIZES = (1, 2, 3, 4, 6, 8, 11, 16, 23, 32, 45, 64, 91, 128, 181, 256)
 TRUE_FIT = {"gamma": 4e-3, "delta": 0.05, "rho": 0.8}
 ONE_NODE = 2e-4  # the one-node forward sits below the tree curve, as a matrix-vector product does on a CPU
+
+
+def step_record(width: int, verify: float, propose: float = 0.0, accepted=(1,)) -> StepRecord:
+    """A loop step's timers as the planner receives them: `width` padded nodes, the stage seconds, accepted
+    tokens per row."""
+    return StepRecord(width, np.array(accepted), propose, 0.0, verify, 0.0)
 
 
 def synthetic_profile(noise: float = 0.0, seed: int = 0, batch_sizes=(1,), scales=(1.0,), sizes=PROFILE_SIZES,

@@ -1,0 +1,296 @@
+"""The step cost model corrected by the loop's own timers (`OnlineCosts`), for the step planner and
+ValuSpec's gate; acceptance and tree growth are estimated in `specdec.estimates`.
+
+`OnlineCosts`: a `CostModel` corrected by the loop's timers:
+- c_T, the median of the last C_T_WINDOW plain steps in their steady state. A median, not a running mean:
+  c_T is the unit of every decision, and on a shared CPU a burst of stalled steps (40-55 ms against 12-13
+  at batch 8) lifted a running mean 40% for dozens of steps while the drafting prices, measured only when
+  drafting, kept their level: drafting then looked up to 1.4x better than it was. Each member is taken
+  relative to the verify stage's level of its moment and c_T carried to the current level: c_T is measured
+  only in plain steps, a few every 64 drafting steps while drafting pays, and a window spanning a whole run
+  lagged the machine's speed by up to 50%; it stays continuous when drafting resumes after plain steps
+  (`OnlineCosts._observe_level`).
+- The verify stage per width: one multiplicative correction per width up to FINE and per power-of-two
+  bucket beyond, shrunk toward a common level (level and shape). A tree planner's widths differ by a few
+  nodes, and one correction for widths 8-15 kept the profile's shape there: a batch-1 CPU profile flat
+  from 2 to 16 nodes, where the loop measured 0.3 ms a node, priced a 14-node EAGLE tree like an 8-node one.
+- The draft's part: one factor on catch-up + layer forwards (it covers the expansions, the syncs and the
+  draft's weights running cold after the target's).
+- A host supplier's query, and the rest of a drafting step (filter + commit).
+
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .cost import CostModel
+from .estimates import DECAY, PRIOR
+
+if TYPE_CHECKING:
+    from .estimates import TreeFacts
+    from .stages import StepRecord
+
+__all__ = ["OnlineCosts", "C_T_WINDOW", "C_T_FIRST"]
+
+COST_WEIGHT = 0.15  # weight of one observation in the running cost estimates
+LEVEL_WEIGHT = 0.05  # ... in the verify stage's common level, which carries c_T (a step's verify time is noisy)
+C_T_WINDOW = 31  # warm plain steps whose median is c_T (a burst of stalls shorter than half of it moves nothing)
+C_T_FIRST = 3  # warm plain steps the first measurement of c_T takes (the planner's first c_T probe)
+LEVEL_STALE = 8  # plain steps after which the verify level no longer dates c_T's newest members (`_observe_level`)
+CLIP = 3.0  # one step's timing moves an estimate by at most this factor (a stall is not a new cost)
+TABLE = 512  # widths and backlogs priced from precomputed tables (larger ones through the cost model)
+FINE = 16  # widths 1 .. FINE have a verify correction each; wider ones one per power of two
+BUCKETS = FINE + 6  # ... the last from 512 nodes on
+
+
+def _bucket(width: float | np.ndarray) -> np.ndarray:
+    """The verify correction's bucket of a padded width: width - 1 up to FINE, then one per power of two."""
+    w = np.maximum(np.asarray(width, dtype=np.float64), 1.0)
+    wide = FINE + np.floor(np.log2(np.maximum(w, FINE) / FINE))
+    return np.minimum(np.where(w <= FINE, np.floor(w) - 1, wide), BUCKETS - 1).astype(int)
+
+
+
+
+class OnlineCosts:
+    """A `CostModel` corrected by the loop's timers (module docstring); `online=False` keeps the profile's.
+
+    Prices are asked several times per layer, so the corrected verify curve is tabulated per integer width
+    (refreshed at the first question after an observation, made non-decreasing from width 2 on: a wider
+    tree never verifies faster, whatever the buckets' corrections say) and the draft's parts likewise: a
+    host float per question, or one numpy call for a vector of widths. A step that asks nothing (a
+    ValuSpec gate's unscored step) does not pay the re-tabulation.
+    """
+
+    def __init__(self, model: CostModel, online: bool = True):
+        self.model, self.online = model, online
+        self.ar_seen = 0  # plain steps in their steady state that updated c_T
+        # c_T's window: each warm plain step over the profile's c_T and over the verify level of its moment
+        # (context-normalised). The profile's value is c_T until the first measurement and no member of it:
+        # the profile is one moment of the machine (one taken in a stalled minute read c_T at 50 ms where
+        # steps ran 9-10, and as a member it held c_T at 30 ms through 64 drafting steps)
+        self._ar_window: deque[float] = deque(maxlen=C_T_WINDOW)
+        self._ar_ratio = 1.0  # the window's median
+        self._since_level = 0  # plain steps since the verify level last moved
+        self._anchoring = False  # the level is learned afresh after plain steps and dates c_T meanwhile
+        self.verify_level, self.verify_ratio, self.verify_seen = 1.0, np.ones(BUCKETS), np.zeros(BUCKETS)
+        self.level_seen = 0  # steady drafting steps behind the level (at most 1 / LEVEL_WEIGHT counted)
+        self.query, self.rest = 0.0, model.loop
+        # The draft's part of a step, propose ~ a * catch_up(m) + b * sum of layer(w): decayed normal equations
+        # of that least-squares fit, with PRIOR pseudo-steps at a = b = 1 (the profile as measured).
+        self._gram, self._moment = (PRIOR, 0.0, PRIOR), (PRIOR, PRIOR)  # (g00, g01, g11), (r0, r1)
+        self.catch_factor, self.layer_factor = 1.0, 1.0
+        self._n = np.arange(TABLE, dtype=np.float64)
+        self._base = np.concatenate([[0.0], model.verify_seconds(self._n[1:])])  # at the profiled context
+        self._base_list = self._base.tolist()
+        self._buckets = np.concatenate([[0], _bucket(self._n[1:])])
+        self._bucket_list = self._buckets.tolist()
+        drafts = model.draft_layer is not None
+        self._layer = [0.0] + model.draft_seconds(self._n[1:]).tolist() if drafts else []
+        self._catch = [0.0] + model.catch_up_seconds(self._n[1:]).tolist() if drafts else []
+        self._refresh()
+
+    def _current(self) -> None:
+        if self._stale:
+            self._refresh()
+
+    def _refresh(self) -> None:
+        """Re-tabulate the corrected verify curve: per width bucket, its measured correction shrunk toward
+        the common level (PRIOR pseudo-steps); a bucket never measured takes its measured neighbours'
+        (interpolated; beyond them the nearest), so a correction of the widths a planner uses is not undone
+        by the common level on the widths it skips (the curve is made non-decreasing afterwards)."""
+        seen = self.verify_seen
+        ratio = (seen * self.verify_ratio + PRIOR * self.verify_level) / (seen + PRIOR)
+        known = np.flatnonzero(seen > 0)
+        if known.size:
+            ratio = np.where(seen > 0, ratio, np.interp(np.arange(len(ratio)), known, ratio[known]))
+        table = ratio[self._buckets] * self._base
+        table[2:] = np.maximum.accumulate(table[2:])
+        self._table, self._table_list, self._stale = table, table.tolist(), False
+
+    def profiled(self, width: float) -> float:
+        """The cost model's verify stage at a padded `width` as profiled (no correction; profiled context); a
+        fractional width (a mean) between two tabulated ones is interpolated."""
+        if 1 <= width < TABLE - 1:
+            low = int(width)
+            base = self._base_list[low]
+            return base if low == width else base + (width - low) * (self._base_list[low + 1] - base)
+        return float(self.model.verify_seconds(width))
+
+    def profiled_draft(self, width: float) -> float:
+        """The cost model's draft forward over `width` nodes per row as profiled (no correction)."""
+        if isinstance(width, int) and 0 < width < TABLE and self._layer:
+            return self._layer[width]
+        return float(self.model.draft_seconds(width))
+
+    def verify(self, width: float | np.ndarray, context: float | None = None) -> float | np.ndarray:
+        """The verify stage at a padded `width` (an int, or an array of possibly fractional means) and
+        `context` tokens, corrected."""
+        self._current()
+        factor = self.model.context_factor(context)
+        if isinstance(width, int) and 0 < width < TABLE:
+            return self._table_list[width] * factor
+        return np.interp(width, self._n, self._table) * factor
+
+    def verify_array(self, context: float | None) -> np.ndarray:
+        """[TABLE] float64: the corrected verify stage by padded width (index = width, 0 unused)."""
+        self._current()
+        return self._table * self.model.context_factor(context)
+
+    def verify_scale(self, width: int, context: float | None) -> float:
+        """What multiplies the fitted verify curve at `width`: its correction and the context's factor."""
+        self._current()
+        width = min(width, TABLE - 1)
+        return self._table_list[width] / self._base[width] * self.model.context_factor(context)
+
+    def layer(self, width: float) -> float:
+        """One draft layer forward of `width` nodes per row (a mean may be fractional), its expansion and
+        sync included."""
+        exact = isinstance(width, int) and 0 < width < TABLE
+        base = self._layer[width] if exact else float(self.model.draft_seconds(width))
+        return self.layer_factor * base
+
+    def catch_up(self, backlog: int) -> float:
+        m = max(int(backlog), 1)
+        return self.catch_factor * (self._catch[m] if m < TABLE else float(self.model.catch_up_seconds(m)))
+
+    def draft(self, backlog: int, forwards: float, layer_width: float) -> float:
+        """The draft's part of a step: catch-up and layer forwards (expansions and syncs in the factor)."""
+        return self.catch_up(backlog) + forwards * self.layer(layer_width)
+
+    @property
+    def ar_step(self) -> float:
+        """c_T at the profiled context: the profile's until the first measurement, then the window's median
+        ratio carried to the verify stage's current level. c_T is measured only in plain steps (a few every
+        C_T_EVERY drafting steps while drafting pays), the verify stage in every drafting step: the level
+        carries a change of the machine's speed between c_T's measurements (on the 2-core CPU steps sped
+        up from 9 to 6 ms within a run while a window of plain steps spanning it held c_T at 9)."""
+        if not self._ar_window:
+            return self.model.ar_step
+        return self.model.ar_step * self._ar_ratio * self.verify_level
+
+    def ar(self, context: float | None) -> float:
+        """c_T at `context` tokens: the estimate (held at the profiled context length) scaled like a
+        one-node verification (`CostModel.context_factor`): an AR step at a shorter context is cheaper, and
+        pricing it at the profiled length made drafting look better than it was at short contexts."""
+        return self.ar_step * self.model.context_factor(context)
+
+    def observe_ar(self, step: StepRecord, context: float | None, warm: bool) -> None:
+        """A plain step; `warm`: the two steps before it were plain too. Only those update c_T: the first
+        plain steps after drafting run 4-50% slower on the demo pair on this CPU (the target's weights are
+        cold after the draft's forwards), while c_T stands for plain decoding in its steady state, as an AR
+        baseline runs. c_T is the median of the window (module docstring): the planner's first c_T probe
+        measures C_T_FIRST warm steps (their median rejects one stall), and a stall is then one outlier among
+        up to C_T_WINDOW. Each member is relative to the verify level of its moment (`ar_step`)."""
+        self._since_level += 1
+        if warm and self.online:  # the one-node verification is priced by c_T: no correction table to refresh
+            unit = self.model.ar_step * self.verify_level * self.model.context_factor(context)
+            self._ar_window.append(step.seconds / unit)
+            self._ar_ratio = statistics.median(self._ar_window)
+            self.ar_seen += 1
+
+    def observe_draft(self, step: StepRecord, facts: TreeFacts, context: float | None, host: bool,
+                      steady: bool = True) -> None:
+        """A drafting step; `steady`: not the first after plain steps or of a call (`observe_verify`)."""
+        if host:
+            self.query = self._ema(self.query, step.propose) if self.query > 0 else step.propose
+        elif self.online:
+            self._fit_draft(step.propose, facts)
+        self.rest = self._ema(self.rest, step.filter + step.commit)
+        self.observe_verify(step, context, steady)
+
+    def _fit_draft(self, seconds: float, facts: TreeFacts) -> None:
+        """Refit the draft's two factors on this step's propose time: the catch-up's (it runs right after the
+        target's forward, with the draft's weights cold, and carries the step's fixed work: planning, the
+        first expansion) and the layers' (each with its expansion and sync). Both are re-solved from every
+        step seen, weighted by recency, so the level and the split between them follow what is measured."""
+        m = max(int(facts.backlog), 1)
+        catch = self._catch[m] if m < TABLE else float(self.model.catch_up_seconds(m))
+        layers = sum(self._layer[w] if w < TABLE else float(self.model.draft_seconds(w)) for w in facts.layer_widths)
+        x1 = layers / catch  # in units of the catch-up: the equations stay well conditioned
+        y = min(seconds, CLIP * (self.catch_factor * catch + self.layer_factor * layers)) / catch
+        g, r, keep, prior = self._gram, self._moment, DECAY, (1 - DECAY) * PRIOR
+        g00, g01, g11 = keep * g[0] + 1.0 + prior, keep * g[1] + x1, keep * g[2] + x1 * x1 + prior
+        r0, r1 = keep * r[0] + y + prior, keep * r[1] + x1 * y + prior
+        self._gram, self._moment = (g00, g01, g11), (r0, r1)
+        det = g00 * g11 - g01 * g01
+        self.catch_factor = max((r0 * g11 - r1 * g01) / det, 0.1)
+        self.layer_factor = max((r1 * g00 - r0 * g01) / det, 0.1)
+
+    def seed(self, other: "OnlineCosts") -> None:
+        """Start from `other`'s corrections (another batch size's): c_T and the rest of a step scaled by what
+        `other` measured over its profile, the verify level and the draft's factors as they are. The machine's
+        state (its speed today, the draft's weights running cold) reaches every batch size alike; the
+        per-width verify corrections are the profile's shape at `other`'s batch and are not carried over."""
+        if not self.online:
+            return
+        self.ar_seen = min(other.ar_seen, 1)
+        # a member, measured: the next measurement counts as its mean with it, two outvote it
+        self._ar_window = deque([other._ar_ratio] if other._ar_window else [], maxlen=C_T_WINDOW)
+        self._ar_ratio, self._since_level, self._anchoring = other._ar_ratio, other._since_level, other._anchoring
+        self.rest = self.model.loop * other.rest / other.model.loop if other.model.loop > 0 else other.rest
+        self.verify_level, self.level_seen = other.verify_level, other.level_seen
+        self._gram, self._moment = other._gram, other._moment
+        self.catch_factor, self.layer_factor = other.catch_factor, other.layer_factor
+        self._stale = True
+
+    def observe_verify(self, step: StepRecord, context: float | None, steady: bool = True) -> None:
+        """Correct the verify curve at this step's padded width: its bucket, and, from a `steady` step, the
+        common level. The first drafting step after plain steps verifies slower (the target's weights cold
+        after the draft's long catch-up); it corrects its bucket but not the level, which carries c_T
+        (`ar_step`): while plain decoding pays the only drafting steps are such probes, and each one lifted
+        c_T and with it every drafting plan."""
+        if not self.online:
+            return
+        w = step.width
+        ratio = step.verify / (self.profiled(w) * self.model.context_factor(context))
+        b = self._bucket_list[w] if w < TABLE else int(_bucket(w))
+        if steady:
+            self._observe_level(ratio)
+        self.verify_ratio[b] = self._ema(self.verify_ratio[b], ratio) if self.verify_seen[b] else ratio
+        self.verify_seen[b] = min(self.verify_seen[b] + 1, 1 / COST_WEIGHT)
+        self._stale = True
+
+    def _observe_level(self, ratio: float) -> None:
+        """The level is the (geometric) mean of its observations until the running mean's memory is filled:
+        c_T, measured against it from the planner's ninth step on, must not see the profile's 1 fade out.
+
+        c_T's members are dated by the level of their moment only while drafting measures it: plain steps
+        taken more than LEVEL_STALE steps after it last moved (plain decoding paying, or before any drafting
+        step) are as fresh as any estimate, while the level is not (the profile's, or an old drafting
+        stretch's). The level is then learned afresh from the next drafting steps (a mean, as at the start)
+        and taken as theirs until learned, so c_T is continuous when drafting resumes: verification inside
+        drafting steps runs slower than profiled (at batch 16 on the 2-core CPU, 1.2-1.35x, the target's
+        weights cold after the head's forwards), and carried over from the profile's level that lifted c_T
+        by 32% and with it every drafting plan (a call drafted at 0.76x AR)."""
+        old_level = self.verify_level
+        if self._ar_window and (self.level_seen == 0 or self._since_level > LEVEL_STALE):
+            self.level_seen, self._anchoring = 0, True  # a new drafting stretch: its level learned afresh
+        self.level_seen = min(self.level_seen + 1, 1 / LEVEL_WEIGHT)
+        if self.level_seen < 1 / LEVEL_WEIGHT:
+            old = self.verify_level
+            new = min(max(ratio, old / CLIP), old * CLIP) if self.level_seen > 1 else ratio
+            self.verify_level = math.exp(math.log(old) + (math.log(new) - math.log(old)) / self.level_seen)
+        else:
+            self.verify_level = self._ema(self.verify_level, ratio, LEVEL_WEIGHT)
+        if self._anchoring:  # until it is learned, the new level dates c_T's members: c_T stays as measured
+            keep = old_level / self.verify_level
+            self._ar_window = deque((q * keep for q in self._ar_window), maxlen=C_T_WINDOW)
+            self._ar_ratio *= keep
+            self._anchoring = self.level_seen < 1 / LEVEL_WEIGHT
+        self._since_level = 0
+
+    def _ema(self, old: float, new: float, weight: float = COST_WEIGHT) -> float:
+        if not self.online:
+            return old
+        old = max(old, 1e-6)  # a part the profile measured as nothing (the loop next to a forward) still ticks
+        new = min(max(new, old / CLIP), old * CLIP)
+        return math.exp((1 - weight) * math.log(old) + weight * math.log(new))
+
+

@@ -1,0 +1,139 @@
+"""The step cost model corrected by the loop's timers (`specdec.online_costs.OnlineCosts`): the verify curve
+in level and shape, the draft's two factors, and c_T, the unit of every plan, which ignores stalls, follows
+the machine between its measurements and stays continuous when drafting resumes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from specdec.cost import Curve
+from specdec.estimates import TreeFacts
+from specdec.online_costs import C_T_WINDOW, OnlineCosts
+from tests.helpers import make_cost, step_record
+
+
+def test_online_costs_follow_the_timers_in_level_and_shape():
+    model = make_cost(ar_step=4e-3, loop=5e-4, layer=3e-4, catch_up=4e-4)
+    costs = OnlineCosts(model)
+    for _ in range(60):  # plain steps twice as slow as profiled; only warm ones count
+        costs.observe_ar(step_record(1, 8e-3), None, warm=True)
+    assert costs.ar_step == pytest.approx(8e-3, rel=0.01)
+    costs.observe_ar(step_record(1, 1.0), None, warm=False)
+    assert costs.ar_step == pytest.approx(8e-3, rel=0.01)
+    base8, base40 = model.verify_seconds(8), model.verify_seconds(40)
+    for i in range(80):  # width 8 verifies as profiled, width 40 3x slower (a steeper curve); catch-ups cost 1x,
+        layers = 1 + i % 4  # layers 3x (the split between them is solvable: the layer count varies)
+        facts = TreeFacts(5, layers, (4,) * layers, (8,), backlog=2)
+        propose = model.catch_up_seconds(2) + 3 * layers * model.draft_seconds(4)
+        wide = i % 2 == 1
+        costs.observe_draft(step_record(40 if wide else 8, 3 * base40 if wide else base8, propose, (3,)), facts, None, False)
+    # Each width bucket's correction is shrunk toward the common level by PRIOR pseudo-steps (within 25%),
+    # the shape still follows: the wide trees' correction is over twice the narrow ones'.
+    assert costs.verify(8) == pytest.approx(base8, rel=0.25)
+    assert costs.verify(40) == pytest.approx(3 * base40, rel=0.25)
+    assert costs.verify(40) / base40 > 2 * costs.verify(8) / base8
+    # The two factors are re-solved together (PRIOR pseudo-steps hold them toward the profile's 1, 1).
+    assert costs.catch_factor == pytest.approx(1.0, abs=0.25) and costs.layer_factor == pytest.approx(3.0, rel=0.1)
+    want = model.catch_up_seconds(2) + 3 * 2 * model.draft_seconds(4)
+    assert costs.draft(2, 2, 4) == pytest.approx(want, rel=0.05)
+
+
+def test_c_t_ignores_a_burst_of_stalls_and_follows_a_lasting_change():
+    """c_T is the unit of every plan: a burst of stalled plain steps (a shared CPU: 40-55 ms against 12-13 at
+    batch 8) must not lift it, or every drafting plan looks better by the same factor while the drafting
+    prices, measured only when drafting, stay where they were. A lasting change is followed within a window."""
+    model = make_cost(ar_step=4e-3, loop=5e-4)
+    costs = OnlineCosts(model)
+    costs.observe_ar(step_record(1, 6e-3), None, warm=True)  # the profile's value is no member: one measurement
+    assert costs.ar_step == pytest.approx(6e-3)        # replaces it
+    costs.observe_ar(step_record(1, 3e-2), None, warm=True)
+    costs.observe_ar(step_record(1, 6e-3), None, warm=True)  # three (the first c_T probe's): one stall is rejected
+    assert costs.ar_step == pytest.approx(6e-3)
+    for _ in range(40):
+        costs.observe_ar(step_record(1, 5e-3), None, warm=True)
+    for _ in range(C_T_WINDOW // 2):  # stalled steps at 3-10x: a running mean (weight 0.15) read 2.6x
+        costs.observe_ar(step_record(1, 1.5e-2 + 3.5e-2 * (_ % 2)), None, warm=True)
+    assert costs.ar_step == pytest.approx(5e-3)
+    for _ in range(C_T_WINDOW // 2 + 1):  # the machine slower for good: c_T follows within a window
+        costs.observe_ar(step_record(1, 7e-3), None, warm=True)
+    assert costs.ar_step == pytest.approx(7e-3)
+    seeded = OnlineCosts(replace(model, ar_step=8e-3))  # another batch size starts from this one's ratio
+    seeded.seed(costs)
+    assert seeded.ar_step == pytest.approx(14e-3)
+    seeded.observe_ar(step_record(1, 10e-3), None, warm=True)
+    seeded.observe_ar(step_record(1, 10e-3), None, warm=True)
+    assert seeded.ar_step == pytest.approx(10e-3)
+
+
+def test_c_t_follows_the_machine_between_its_measurements():
+    """c_T is measured only in plain steps, a few every C_T_EVERY drafting steps while drafting pays; the
+    verify stage in every drafting step. When the machine speeds up between c_T's measurements (the 2-core
+    CPU went from 9 to 6 ms a step within one run), c_T follows the verify stage's level; the plain steps'
+    offset from that level (verification inside the loop runs slower than profiled) stays as measured."""
+    model = make_cost(ar_step=4e-3, loop=5e-4)
+    costs = OnlineCosts(model)
+    for _ in range(3):  # the level is its observations' mean at first (not a running mean from the profile's 1)
+        costs.observe_verify(step_record(8, 1.3 * model.verify_seconds(8)), None)
+    assert costs.verify_level == pytest.approx(1.3)
+    costs = OnlineCosts(model)
+    for _ in range(6):  # drafting at the profile's speed, with c_T probes of three plain steps 1.5x the profile's
+        for _ in range(8):
+            costs.observe_verify(step_record(8, model.verify_seconds(8)), None)
+        for _ in range(3):
+            costs.observe_ar(step_record(1, 6e-3), None, warm=True)
+    assert costs.ar_step == pytest.approx(6e-3, rel=0.01)
+    for _ in range(100):  # then the machine runs 0.6x as long a step: drafting steps only
+        costs.observe_verify(step_record(8, 0.6 * model.verify_seconds(8)), None)
+    assert costs.verify_level == pytest.approx(0.6, rel=0.01)
+    assert costs.ar_step == pytest.approx(0.6 * 6e-3, rel=0.02)
+    costs.observe_ar(step_record(1, 0.6 * 6e-3), None, warm=True)  # a measurement at the new speed agrees
+    assert costs.ar_step == pytest.approx(0.6 * 6e-3, rel=0.02)
+
+
+def test_c_t_is_continuous_when_drafting_resumes():
+    """Plain steps measured while plain decoding pays (or before any drafting step) are as fresh as c_T can
+    be, while the verify level is the profile's or an old drafting stretch's: the first level after them is
+    taken as theirs. Drafting steps verify slower than profiled (1.35x at batch 16 on the 2-core CPU, the
+    target's weights cold after the head's forwards); carried over from the profile's level, that lifted
+    c_T by 35% and the planner drafted at 0.76x AR. A resume's own verification (not steady) runs colder
+    still and leaves the level alone."""
+    model = make_cost(ar_step=4e-3, loop=5e-4)
+    for before in (0, 1):  # no drafting step yet; a drafting stretch long ago
+        costs = OnlineCosts(model)
+        for _ in range(before * 20):
+            costs.observe_verify(step_record(8, model.verify_seconds(8)), None)
+        for _ in range(C_T_WINDOW):
+            costs.observe_ar(step_record(1, 5e-3), None, warm=True)
+        assert costs.ar_step == pytest.approx(5e-3)
+        costs.observe_verify(step_record(8, 3.0 * model.verify_seconds(8)), None, steady=False)  # the resume
+        assert costs.ar_step == pytest.approx(5e-3)
+        for _ in range(40):
+            costs.observe_verify(step_record(8, 1.35 * model.verify_seconds(8)), None)
+        assert costs.verify_level == pytest.approx(1.35, rel=0.02)
+        assert costs.ar_step == pytest.approx(5e-3, rel=0.02)
+
+
+def test_online_costs_learn_the_slope_between_nearby_widths():
+    """A profile flat from 8 to 14 nodes (a batch-1 CPU) while the loop measures 14 nodes 40% dearer than 8:
+    each width up to FINE has its own correction, so a planner choosing between them sees the slope (one
+    correction for widths 8-15 priced both alike); an unmeasured width between them is interpolated."""
+    model = make_cost(ar_step=4e-3, loop=5e-4)
+    model = replace(model, use_fit=False, verify_points=Curve.through((1.0, 2.0, 16.0, 64.0), [4e-3, 5e-3, 5e-3, 9e-3]))
+    costs = OnlineCosts(model)
+    for i in range(80):
+        width = (8, 14)[i % 2]
+        costs.observe_verify(step_record(width, 5e-3 if width == 8 else 7e-3), None)
+    assert costs.verify(14) / costs.verify(8) > 1.2  # 1.4 measured; the shrink toward the level takes some
+    assert costs.verify(8) < costs.verify(11) < costs.verify(14)
+    assert costs.verify(8) == pytest.approx(5e-3, rel=0.1) and costs.verify(14) == pytest.approx(7e-3, rel=0.1)
+
+
+def test_frozen_costs_stay_the_profiles():
+    model = make_cost(ar_step=4e-3, loop=5e-4)
+    costs = OnlineCosts(model, online=False)
+    costs.observe_ar(step_record(1, 9e-3), None, warm=True)
+    costs.observe_draft(step_record(8, 1.0, 1.0, (3,)), TreeFacts(3, 1, (4,), (8,), backlog=2), None, False)
+    assert costs.ar_step == model.ar_step and costs.verify(8) == pytest.approx(model.verify_seconds(8))
+    assert costs.layer(4) == pytest.approx(model.draft_seconds(4))
