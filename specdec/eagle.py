@@ -257,11 +257,19 @@ class EagleHead(nn.Module):
 
     def logits(self, hidden: Tensor) -> Tensor:
         """[..., V] over the target's vocabulary; tokens outside the draft vocabulary get -inf."""
-        logits = self.draft_logits(hidden)
+        return self.widen(self.draft_logits(hidden))
+
+    def widen(self, logits: Tensor) -> Tensor:
+        """`draft_logits` [..., Vd] spread over the target's vocabulary [..., V] (-inf outside the draft's)."""
         if self._to_target is None:
             return logits
         out = logits.new_full((*logits.shape[:-1], self.config.vocab_size), float("-inf"))
         return out.index_copy_(-1, self._to_target, logits)
+
+    @property
+    def draft_ids(self) -> Tensor | None:
+        """[Vd] int64, the target id of each draft id; None when `draft_logits` are over the target's ids."""
+        return self._to_target
 
     def forward(self, tokens: Tensor, features: Tensor, positions: Tensor, cache: TreeCache,
                 mask: Tensor | ops.SdpaPlan, rope: Tensor, *, project: bool, backend: str = "auto") -> Tensor:

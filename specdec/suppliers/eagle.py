@@ -111,9 +111,9 @@ class EagleRunner:
         self._chunks.append((acc.tokens.clamp(min=0), acc.features, zero, acc.num_accepted + 1))
         self.backlog += acc.host_num_accepted + 1
 
-    def catch_up(self) -> Tensor:
+    def catch_up(self, narrow: bool = False) -> Tensor:
         """Forward and commit every queued pair; returns the head's logits at the root, [B, V] (tokens
-        outside its draft vocabulary: -inf)."""
+        outside its draft vocabulary: -inf; `narrow`: [B, Vd], over the draft vocabulary alone)."""
         if not self.backlog.all():
             raise RuntimeError("catch_up: a row has no pending pair (before the first commit, or twice in a step)")
         tokens, features, count = self._pack()
@@ -128,13 +128,23 @@ class EagleRunner:
         self._chunks = []
         self.backlog = np.zeros_like(self.backlog)
         self._read_prompt = True
-        return self._logits(self._root_hidden)
+        return self._logits(self._root_hidden, narrow)
 
-    def _logits(self, hidden: Tensor) -> Tensor:
-        """The head's logits over the target's vocabulary, divided by its greedy temperature when decoding
-        greedily (sampling draws from the head's own distribution)."""
-        logits = self.head.logits(hidden)
+    def _logits(self, hidden: Tensor, narrow: bool = False) -> Tensor:
+        """The head's logits over the target's vocabulary (`narrow`: over its draft vocabulary, whose ids
+        `draft_ids` maps), divided by its greedy temperature when decoding greedily (sampling draws from the
+        head's own distribution)."""
+        logits = self.head.draft_logits(hidden) if narrow else self.head.logits(hidden)
         return logits if self._sharpen is None else logits * self._sharpen
+
+    @property
+    def draft_ids(self) -> Tensor | None:
+        """The target id of each column of a `narrow` forward's logits ([Vd] int64), None when they are the
+        target's own columns; `widen` spreads such logits over the target's vocabulary."""
+        return self.head.draft_ids
+
+    def widen(self, logits: Tensor) -> Tensor:
+        return self.head.widen(logits)
 
     def _pack(self) -> tuple[Tensor, Tensor, Tensor]:
         """The queued chunks as one right-padded ragged block: tokens [B, N], features [B, N, F], count [B]."""
@@ -180,8 +190,8 @@ class EagleRunner:
             self._prefix = (slots[None, :] >= cache.start[:, None]) & (slots[None, :] < cache.length[:, None])
             self._columns = cache.length[:, None] + torch.arange(self._slots, device=cache.device)  # [B, slots]
 
-    def forward_layer(self, tokens: Tensor, parent_slot: Tensor | None) -> Tensor:
-        """Forward one frontier layer; returns its logits [B, F, V].
+    def forward_layer(self, tokens: Tensor, parent_slot: Tensor | None, narrow: bool = False) -> Tensor:
+        """Forward one frontier layer; returns its logits [B, F, V] (`narrow`: [B, F, Vd], as `catch_up`).
 
         tokens:      [B, F] int64, the frontier nodes; parent_slot: [B, F] int64, tree-region slot of each
                      node's parent, or None for the first layer (children of the root). A node's pair is
@@ -205,7 +215,7 @@ class EagleRunner:
         hidden = self.head(tokens, parent, (self._root_pos + d)[:, None].expand(B, F), self.cache, mask, self._rope,
                            project=False, backend=self.backend)
         self._hidden[:, s0:s0 + F] = hidden
-        return self._logits(hidden)
+        return self._logits(hidden, narrow)
 
 
 class EagleSupplier(DraftSupplier):

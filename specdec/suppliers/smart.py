@@ -33,6 +33,7 @@ one sync at the end.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable
 
 import numpy as np
 import torch
@@ -124,6 +125,7 @@ class SmartSupplier(Supplier):
                                    probe_every=probe_every, online=online, realise=realise)
         self._costs = CostsByBatch(cost_model)  # its source is `source`: the cost model or the profile
         self._facts: TreeFacts | None = None
+        self._vocab: tuple[np.ndarray, Callable[[Tensor], Tensor]] | None = None  # `attach`: an EAGLE-3 head's ids
 
     @property
     def source(self) -> CostModel | Profile:
@@ -145,6 +147,8 @@ class SmartSupplier(Supplier):
             self.budget = min(self.budget, limit)
         shared = self.draft.config.draft_vocab_size if self._draft_model is None else self.runner.vocab.size
         check_within("topk", self.topk, shared, "the token ids the draft shares with the target")
+        ids = self.runner.draft_ids if isinstance(self.runner, EagleRunner) else None
+        self._vocab = None if ids is None else (ids.cpu().numpy(), self.runner.widen)
 
     def max_tree_size(self) -> int:
         return self.budget
@@ -222,7 +226,9 @@ class SmartSupplier(Supplier):
         tree = HostTree(state.history[np.arange(B), state.history_len - 1], self.budget)  # the roots, host-side
         verify = plan.costs.verify_array(plan.context)
         verify[1] = max(2 * verify[2] - verify[3], 0.0)  # the tree curve continued (see Rule)
-        tokens, logp = candidates(self.runner.catch_up()[:, None], k)  # [B, 1, k]: the root's children
+        # an EAGLE-3 head's logits stay over its draft vocabulary (`candidates` maps the children's ids)
+        narrow, vocab = ({"narrow": True}, self._vocab) if self._vocab is not None else ({}, None)
+        tokens, logp = candidates(self.runner.catch_up(**narrow)[:, None], k, vocab)  # [B, 1, k]: the root's children
         self.runner.begin_tree(F, max(cap - 1, 1))
         widths, after = [], []  # per forward: its width; per depth: the tree's padded width
         depth, used, last_start = 0, 0, 0
@@ -247,10 +253,10 @@ class SmartSupplier(Supplier):
             front, parent = tree.frontier(w, last_start)
             last_start = used
             logits = self.runner.forward_layer(torch.from_numpy(front).to(device),
-                                               None if depth == 1 else torch.from_numpy(parent).to(device))
+                                               None if depth == 1 else torch.from_numpy(parent).to(device), **narrow)
             used += w
             widths.append(w)
-            tokens, logp = candidates(logits, k)
+            tokens, logp = candidates(logits, k, vocab)
         self._facts = TreeFacts(cap, len(widths), tuple(widths), tuple(after), backlog, tree.depth)
         self._tree = tree
         n = int(tree.size.max())

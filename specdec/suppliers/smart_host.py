@@ -36,11 +36,32 @@ from ..ops.smart_expand import _top_children
 
 __all__ = ["HostTree", "Rule", "candidates"]
 
+SMALL = 16  # candidates in a layer (rows x frontier x k) up to which `HostTree.grow` runs in Python floats
 
-def candidates(logits: Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
+
+def candidates(logits: Tensor, k: int, vocab: tuple[np.ndarray, Callable[[Tensor], Tensor]] | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
     """Each frontier node's top-k children: tokens [B, w, k] int64 (logit descending, token id ascending)
-    and their conditional log-probabilities [B, w, k] float32, on the host. logits: [B, w, V], any device."""
+    and their conditional log-probabilities [B, w, k] float32, on the host. logits: [B, w, V], any device.
+
+    vocab: (ids, widen) when the logits are over a draft vocabulary (an EAGLE-3 head's): ids [V] int64, the
+    target id of each column, and widen, which spreads such logits over the target's vocabulary (-inf
+    elsewhere). On a CPU the draft's columns decide unless two of their k + 1 largest tie, which the host
+    reads from the values it brings back anyway; a tie (and any other device) takes the widened logits, so
+    the children are exactly those of the widened logits (measured on the embedded head, V 2048 of 4096:
+    the widening and a top-k and softmax over twice the columns were about half of this function's time).
+    """
     x = logits.detach().float()
+    if vocab is not None:
+        ids, widen = vocab
+        if x.device.type == "cpu" and k < x.shape[-1]:
+            values, index = torch.topk(x, k + 1, dim=-1)
+            top = values.numpy()
+            if not (top[..., :-1] == top[..., 1:]).any():  # no tie: topk's value order is the key order
+                index = index[..., :k]
+                logp = torch.log_softmax(x, dim=-1).gather(-1, index)
+                return ids[index.numpy()], logp.numpy()
+        x = widen(x)
     tokens = _top_children(x, k)
     logp = torch.log_softmax(x, dim=-1).gather(-1, tokens)
     return tokens.cpu().numpy(), logp.cpu().numpy()  # the layer's one sync, deliberate (module docstring)
@@ -91,8 +112,8 @@ class HostTree:
     def grow(self, tokens: np.ndarray, child_logp: np.ndarray, rule: Rule) -> np.ndarray:
         """Add one layer: the children [B, w, k] of the frontier that pass `rule`. Returns the kept
         candidates' calibrated probabilities [B, w * k], each row's kept ones first, best first."""
-        if tokens.shape[0] == 1:
-            return self._grow_one(tokens, child_logp, rule)
+        if tokens.size <= SMALL:
+            return self._grow_small(tokens, child_logp, rule)
         return self._grow_rows(tokens, child_logp, rule)
 
     def _grow_rows(self, tokens: np.ndarray, child_logp: np.ndarray, rule: Rule) -> np.ndarray:
@@ -132,62 +153,123 @@ class HostTree:
         self._cand_tok, self._cand_slot, self._keep_mask = flat_tokens[rows, order], c_slot, keep
         return kept
 
-    def _grow_one(self, tokens: np.ndarray, child_logp: np.ndarray, rule: Rule) -> np.ndarray:
-        """`grow` for one row, the rule in Python floats: at batch 1 a layer offers a handful of candidates,
-        and `grow`'s ~50 numpy calls on them (~130 us a layer; the embedded EAGLE head's trees run ~6
-        layers a step) cost more than the arithmetic. The same operations in the same order as `grow` and
-        `_keep`, so the same tree to the bit (tested against them)."""
-        _, w, k = tokens.shape
-        flat_tokens, flat_logp = tokens.reshape(w * k), child_logp.reshape(w * k)
+    def _grow_small(self, tokens: np.ndarray, child_logp: np.ndarray, rule: Rule) -> np.ndarray:
+        """`grow` for a layer of at most `SMALL` candidates, the rule in Python floats: `_grow_rows` runs ~80
+        numpy calls a layer, whose fixed cost outweighs the arithmetic of a few candidates (timed alone on
+        the 2-core CPU: 152 against 87 us at batch 1, 246 against 203 us at batch 4 with 16 candidates;
+        at 32 candidates numpy was the faster, hence `SMALL`). The same operations in the same order as
+        `_grow_rows`, `_keep` and `_keep_batch` (the sums numpy reduces pairwise are left to numpy), so the
+        same tree to the bit (tested against them)."""
+        B, w, k = tokens.shape
+        wk = w * k
+        flat_tokens, flat_logp = tokens.reshape(B, wk), child_logp.reshape(B, wk)
         edge = np.exp(flat_logp.astype(np.float64))
         calibrated = rule.calibrate(edge).tolist()
-        front = self.front_node[0, :w].tolist()
-        live = self._front_active[0, :w].tolist()
-        parent_cal = [float(self.cal[0, f]) * a for f, a in zip(front, live)]  # 0 under inactive slots
-        cal = [parent_cal[i // k] * c for i, c in enumerate(calibrated)]
-        order = sorted(range(w * k), key=lambda i: -cal[i])  # stable: ties keep the lower index
-        size, length, paths = int(self.size[0]), float(self.length[0]), float(self.paths[0])
-        v, top, budget = rule.verify, len(rule.verify) - 2, rule.budget
-        total, leaves, seen, kept_cal = 0.0, 0, set(), []
-        for j, i in enumerate(order):
-            c = cal[i]
-            total += c
-            before = total - c
-            n = size + j
-            gain = rule.alpha * c
-            slot = i // k
-            if rule.paper:  # a candidate after a sibling adds a leaf; the first child of a frontier node does not
-                sibling = slot in seen and c > 0
-                gain = gain / (paths + leaves)
-                leaves += sibling
-            seen.add(slot)
-            value = rule.spent + v[min(n, top)]
-            slope = v[min(n + 1, top + 1)] - v[min(n, top)]
-            if not (c > 0 and gain * value > (length + before) * max(slope, 1e-12) and n + 1 <= budget):
-                break
-            kept_cal.append(c)
-        count = len(kept_cal)
-        kept = np.zeros((1, w * k))
-        kept[0, :count] = kept_cal
-        fed = set()
-        for j, i in enumerate(order[:count]):
-            node, slot = size + j, i // k
-            parent = front[slot]
-            self.tokens[0, node] = flat_tokens[i]
-            self.parents[0, node] = parent
-            self.logp[0, node] = self.logp[0, parent] + flat_logp[i]
-            self.edge[0, node] = edge[i]
-            self.cal[0, node] = kept_cal[j]
-            fed.add(slot)
+        parent_cal = (self.cal[self._rows[:, None], self.front_node[:, :w]] * self._front_active[:, :w]).tolist()
+        sizes, lengths, paths = self.size.tolist(), self.length.tolist(), self.paths.tolist()
+        alpha, v, top, budget = rule.alpha, rule.verify, len(rule.verify) - 2, rule.budget
+        cal, order, gains, befores = [], [], [], []
+        for b in range(B):  # each row's candidates by calibrated probability, their gain and the L before them
+            row = [parent_cal[b][i // k] * c for i, c in enumerate(calibrated[b])]
+            by = sorted(range(wk), key=lambda i: -row[i])  # stable: ties keep the lower index
+            c_row = [row[i] for i in by]
+            gain, before, total, leaves, seen = [], [], 0.0, 0, set()
+            for i, c in zip(by, c_row):
+                total += c
+                before.append(total - c)
+                g = alpha * c
+                if rule.paper:  # a candidate after a sibling adds a leaf; the first child of a node does not
+                    slot = i // k
+                    sibling = slot in seen and c > 0
+                    g = g / (paths[b] + leaves)
+                    leaves += sibling
+                    seen.add(slot)
+                gain.append(g)
+            cal.append(c_row)
+            order.append(by)
+            gains.append(gain)
+            befores.append(before)
+        if rule.batch and B > 1:
+            keep = self._keep_small_batch(cal, gains, befores, sizes, rule)
+        else:
+            keep = []
+            for b in range(B):
+                count = 0
+                for j, c in enumerate(cal[b]):
+                    n = sizes[b] + j
+                    value = rule.spent + v[min(n, top)]
+                    slope = v[min(n + 1, top + 1)] - v[min(n, top)]
+                    if not (c > 0 and gains[b][j] * value > (lengths[b] + befores[b][j]) * max(slope, 1e-12)
+                            and n + 1 <= budget):
+                        break
+                    count += 1
+                keep.append(count)
+        kept = np.zeros((B, wk))
+        fed = np.zeros((B, w), dtype=bool)
+        for b in range(B):
+            size, front = sizes[b], self.front_node[b]
+            for j in range(keep[b]):
+                i = order[b][j]
+                node, slot = size + j, i // k
+                parent = front[slot]
+                self.tokens[b, node] = flat_tokens[b, i]
+                self.parents[b, node] = parent
+                self.logp[b, node] = self.logp[b, parent] + flat_logp[b, i]
+                self.edge[b, node] = edge[b, i]
+                self.cal[b, node] = kept[b, j] = cal[b][j]
+                fed[b, slot] = True
+        count = np.array(keep, dtype=np.int64)
         self.depth += count > 0
-        self.paths += count - len(fed)
+        self.paths += count - fed.sum(1)
         self.length += kept.sum(1)
         self._first_new = self.size.copy()
         self.size += count
-        keep = np.zeros((1, w * k), dtype=bool)
-        keep[0, :count] = True
-        self._cand_tok, self._cand_slot, self._keep_mask = flat_tokens[order][None], np.array([order]) // k, keep
+        index = np.array(order, dtype=np.int64)
+        self._cand_tok, self._cand_slot = flat_tokens[self._rows[:, None], index], index // k
+        self._keep_mask = np.arange(wk) < count[:, None]
         return kept
+
+    def _keep_small_batch(self, cal: list, gain: list, before: list, sizes: list, r: Rule) -> list[int]:
+        """`_keep_batch` in Python floats for `_grow_small`: each row's kept count (a prefix). cal, gain,
+        before: per row, per candidate in order; sizes: the rows' tree sizes."""
+        B, FK = len(cal), len(cal[0])
+        v, top = r.verify, len(r.verify) - 2
+        wide = max(sizes)
+        share = max((v[min(wide + 1, top + 1)] - v[min(wide, top)]) / B, 1e-12)
+        total = self.length.sum()
+        value = r.spent + v[min(wide, top)]
+        ok_under, widening = [[False] * FK for _ in range(B)], [[False] * FK for _ in range(B)]
+        col_gain, col_cal = [0.0] * FK, [0.0] * FK
+        for b in range(B):
+            run = True  # every under-width candidate before (and at) j passed
+            for j in range(FK):
+                c, n = cal[b][j], sizes[b] + j
+                if n < wide:
+                    ok = c > 0 and gain[b][j] * value > (total + before[b][j]) * share and n + 1 <= r.budget
+                    ok_under[b][j] = ok
+                    run = run and ok
+                elif run and c > 0 and n + 1 <= r.budget:
+                    widening[b][j] = True
+                    col_gain[n - wide] += gain[b][j]
+                    col_cal[n - wide] += cal[b][j]
+        under_sum = np.array([[c if ok else 0.0 for c, ok in zip(cal[b], ok_under[b])] for b in range(B)]).sum()
+        col_ok, passed, running = [], True, 0.0
+        for c in range(FK):
+            running += col_cal[c]
+            width = min(wide + c, top)
+            length = total + under_sum + running - col_cal[c]
+            slope = v[min(width + 1, top + 1)] - v[width]
+            passed = passed and col_gain[c] > 0 and col_gain[c] * (r.spent + v[width]) > length * max(slope, 1e-12)
+            col_ok.append(passed)
+        keep = []
+        for b in range(B):
+            count = 0
+            for j in range(FK):
+                if not (ok_under[b][j] or widening[b][j] and col_ok[sizes[b] + j - wide]):
+                    break
+                count += 1
+            keep.append(count)
+        return keep
 
     def frontier(self, w: int, first_slot: int) -> tuple[np.ndarray, np.ndarray]:
         """Make each row's w best kept nodes of the newest layer the frontier; returns their tokens [B, w]
@@ -200,7 +282,10 @@ class HostTree:
         tokens[:, :take] = np.where(active[:, :take], self._cand_tok[:, :take], 0)
         parent = np.full((B, w), first_slot, dtype=np.int64)
         parent[:, :take] += np.where(active[:, :take], self._cand_slot[:, :take], 0)
-        self.front_node = self._first_new[:, None] + np.arange(w)
+        # A row that kept fewer than w has inactive slots past its nodes; a full row's would point past the
+        # arrays (a row at the budget beside one that grew: IndexError at batch > 1), so they point at the
+        # spare column, read only times the slot's inactive flag (0).
+        self.front_node = np.minimum(self._first_new[:, None] + np.arange(w), self.tokens.shape[1] - 1)
         self._front_active = active
         return tokens, parent
 

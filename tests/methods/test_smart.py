@@ -186,33 +186,39 @@ def test_bench_variants_parse_and_fit_batch_pins_the_cost_model():
 
 
 @pytest.mark.parametrize("paper", [False, True])
-def test_the_one_row_host_tree_is_the_numpy_one_to_the_bit(paper):
-    """`HostTree.grow` at batch 1 runs the rule in Python floats; on random layers (ties, dead frontier slots,
-    budgets that cut a layer, calibrations learned from random verdicts) it builds the tree, its bookkeeping
-    and its frontier exactly as the numpy version does."""
+@pytest.mark.parametrize("batch", [False, True])
+def test_the_small_host_tree_is_the_numpy_one_to_the_bit(paper, batch):
+    """`HostTree.grow` runs the rule in Python floats for a layer of at most `SMALL` candidates; on random
+    layers of 1-6 rows (ties, dead frontier slots, rows of different sizes under and past the padded width,
+    budgets that cut a layer, calibrations learned from random verdicts) it builds the trees, their
+    bookkeeping and their frontier exactly as the numpy version does, with the row rule and the batch rule."""
     import numpy as np
 
     from specdec.estimates import Calibration
-    from specdec.suppliers.smart_host import HostTree, Rule
+    from specdec.suppliers.smart_host import SMALL, HostTree, Rule
 
     rng = np.random.default_rng(7)
-    layers = 0
-    for case in range(150):
+    layers, ragged = 0, 0
+    for case in range(300):
         calibration = Calibration()
         p = rng.random(200)
         calibration.observe(p, rng.random(200) < p ** 0.5)
-        verify = np.maximum.accumulate(rng.random(80) * 2e-3) + np.linspace(4e-3, 9e-3, 80)
-        budget, k = int(rng.integers(3, 40)), int(rng.integers(1, 5))
-        fast, slow = (HostTree(np.array([5]), budget) for _ in range(2))
+        steep = float(rng.choice([1.0, 30.0, 300.0]))  # steeper verify curves reject more, row by row
+        verify = np.maximum.accumulate(rng.random(80) * 2e-3) + np.linspace(4e-3, 4e-3 + 5e-3 * steep, 80)
+        budget, k, B = int(rng.integers(3, 40)), int(rng.integers(1, 5)), int(rng.integers(1, 7))
+        fast, slow = (HostTree(np.full(B, 5), budget) for _ in range(2))
         width, first = 1, 0
         for depth in range(int(rng.integers(1, 7))):
-            logits = rng.normal(size=(1, width, k + 3)) * rng.choice([0.3, 3.0])
+            logits = rng.normal(size=(B, width, k + 3)) * rng.choice([0.3, 3.0])
             logits[..., 1] = logits[..., 0] if rng.random() < 0.3 else logits[..., 1]  # exact ties
             logp = (logits - np.log(np.exp(logits).sum(-1, keepdims=True))).astype(np.float32)[..., :k]
-            tokens = rng.permutation(50)[: width * k].reshape(1, width, k)
+            tokens = np.stack([rng.permutation(50)[: width * k] for _ in range(B)]).reshape(B, width, k)
+            # the batch rule keeps rows of one size aligned: a row-rule layer now and then makes them ragged
             rule = Rule(float(rng.choice([0.5, 1.0])), calibration, verify, float(rng.random() * 5e-3), budget,
-                        paper, False)
-            want, got = slow._grow_rows(tokens, logp, rule), fast.grow(tokens, logp, rule)
+                        paper, batch and rng.random() < 0.7)
+            ragged += B > 1 and len(set(slow.size.tolist())) > 1 and rule.batch == batch
+            grow = fast.grow if tokens.size <= SMALL else fast._grow_small  # up to SMALL: what grow runs
+            want, got = slow._grow_rows(tokens, logp, rule), grow(tokens, logp, rule)
             layers += 1
             assert np.array_equal(want, got), (case, depth)
             for name in ("tokens", "parents", "logp", "edge", "cal", "size", "depth", "length", "paths",
@@ -220,7 +226,36 @@ def test_the_one_row_host_tree_is_the_numpy_one_to_the_bit(paper):
                 assert np.array_equal(getattr(slow, name), getattr(fast, name)), (case, depth, name)
             if not got.any():
                 break
-            width = int(rng.integers(1, min(int((got > 0).sum()), 3) + 1))  # at most the nodes kept (as drafted)
+            width = int(rng.integers(1, min(int((got > 0).sum(1).max()), 3) + 1))  # at most the nodes kept
             assert all(np.array_equal(a, b) for a, b in zip(slow.frontier(width, first), fast.frontier(width, first)))
             first += 1
-    assert layers > 300
+    assert layers > 300 and ragged > 30  # layers of ragged rows under the rule tested (the row rule: every B > 1)
+
+
+def test_candidates_over_a_draft_vocabulary_are_the_widened_ones():
+    """`candidates` over an EAGLE-3 head's draft vocabulary (its ids mapped on the host) picks the same children,
+    in the same order, as over the logits widened to the target's vocabulary, ties included (two of the
+    largest equal, or equal at the cut: the widened path decides, breaking them by target id); the
+    log-probabilities agree to rounding (a softmax over V' columns, not V with -inf)."""
+    import numpy as np
+
+    from specdec.suppliers.smart_host import candidates
+
+    gen = torch.Generator().manual_seed(3)
+    ids = torch.sort(torch.randperm(50, generator=gen)[:20]).values  # the draft's 20 target ids of 50
+    widen = lambda x: x.new_full((*x.shape[:-1], 50), float("-inf")).index_copy_(-1, ids, x)  # noqa: E731
+    vocab, tied = (ids.numpy(), widen), 0
+    for case in range(60):
+        B, w, k = (int(v) for v in torch.randint(1, 5, (3,), generator=gen))
+        x = torch.randn(B, w, 20, generator=gen) * 3
+        if case % 3 == 0:  # a tie among the largest, or at the cut
+            top = torch.topk(x, k + 1, dim=-1).indices
+            j = int(torch.randint(0, k, (1,), generator=gen))
+            x.scatter_(-1, top[..., j + 1:j + 2], x.gather(-1, top[..., j:j + 1]))
+            tied += 1
+        want_tok, want_logp = candidates(widen(x), k)
+        got_tok, got_logp = candidates(x, k, vocab)
+        assert np.array_equal(got_tok, want_tok), case
+        assert np.allclose(got_logp, want_logp, rtol=0, atol=1e-6), case
+        assert set(got_tok.ravel().tolist()) <= set(ids.tolist())
+    assert tied == 20
