@@ -43,6 +43,8 @@ __all__ = ["StepRecord", "TreeFacts", "Plan", "PlanStats", "StepPlanner", "MARGI
 
 MARGIN = 0.05  # a plan must beat plain decoding by 5% to start drafting (2.5% to go on)
 WARMUP = 8  # the first drafting steps of a planner are probes with the deepest cap (its calibration learns first)
+WARMUP_EVIDENCE = 2  # warm-up probes after which the rest wait while plain decoding is predicted to win by
+# the margin (then probes come when due, at the best cap)
 BACKOFF = 8  # while plain decoding keeps paying, the probe interval doubles up to this many times
 WARM_AFTER = 2  # plain steps in a row before one counts for c_T (the first after drafting run cold)
 REPLAN_EVERY = 8  # while plain decoding pays, the full plan runs every 8 steps (0.1-0.4 ms saved on the others)
@@ -60,13 +62,15 @@ COLD_PROBE = 4  # a cold draft's probe waits the longest interval only if its ca
 class Plan:
     """depth: the cap (0: plain step, nothing drafted); length: predicted tokens per row, bonus included;
     seconds: predicted step time; probe: taken to refresh the estimates, not because it pays; warmup: one of
-    a planner's first WARMUP drafting steps (the deepest cap, priced mostly by priors)."""
+    a planner's first WARMUP drafting steps (the deepest cap, priced mostly by priors); gain: the best
+    drafting plan's predicted speedup over a plain step as the decision weighed it (0 when not weighed)."""
 
     depth: int
     length: float
     seconds: float
     probe: bool = False
     warmup: bool = False
+    gain: float = 0.0
 
 
 @dataclass
@@ -257,7 +261,11 @@ class StepPlanner:
         if not state.drafting and self._hopeless(context):
             depth, probe = 0, False  # not even every candidate accepted would pay: no probe either
             state.since_probe = 0  # nor is one due: the next full plan comes after the quiet steps
-        elif self.depths.steps < WARMUP and (state.drafting or not cold):
+        elif self.depths.steps < WARMUP and (state.drafting or not cold) and \
+                (self.depths.steps < WARMUP_EVIDENCE or gain >= 1 - self.margin):
+            # The rest of the warm-up waits while its first probes say plain decoding wins by the margin: at
+            # HumanEval batch 16 over the EAGLE head (predicted 0.78-0.85x) its 7 deep probes cost 2-5 AR
+            # steps each, one episode every few calls; where drafting pays, the warm-up runs through.
             depth, probe, warmup = deepest, True, True
         elif 0 in self.choices and (state.drafting and state.since_probe >= self.probe_every or probe_due):
             # Plain decoding pays: is a tree of the best depth paying again? (Each such probe that finds no
@@ -277,7 +285,7 @@ class StepPlanner:
             # (frozen costs would learn nothing from them: none then).
             # The first probe measures C_T_FIRST warm steps: c_T is then their median, not one step's reading.
             state.c_t_probe, depth, probe = WARM_AFTER + (C_T_FIRST - 1 if not self.costs.ar_seen else 0), 0, True
-        self._plan = Plan(depth, float(length[depth]), float(seconds[depth]), probe, warmup)
+        self._plan = Plan(depth, float(length[depth]), float(seconds[depth]), probe, warmup, float(gain))
         return self._plan
 
     def _realise(self, plan: Plan | None, tokens: float = 0.0, seconds: float = 0.0) -> None:

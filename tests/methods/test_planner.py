@@ -12,7 +12,8 @@ from specdec.cost import CostModel, Curve
 from specdec.estimates import Estimates
 from specdec.online_costs import C_T_FIRST, OnlineCosts
 from specdec.planner import (BACKOFF, C_T_EVERY, COLD_PROBE, MARGIN, REPLAN_EVERY, SPREAD_DEVIATION, SPREAD_PRIOR_CALLS,
-                             SPREAD_WEIGHT, WARM_AFTER, WARMUP, StepPlanner, StepRecord, TreeFacts)
+                             SPREAD_WEIGHT, WARM_AFTER, WARMUP, WARMUP_EVIDENCE, StepPlanner, StepRecord,
+                             TreeFacts)
 from tests.helpers import make_cost, step_record
 
 MAX_DEPTH = 7
@@ -468,6 +469,34 @@ def test_warm_up_probes_skip_a_costly_cold_prompt_where_plain_decoding_is_predic
     assert np.all(length[1:] * planner.costs.ar(None) / seconds[1:] < 1)  # every cap predicted slower than plain
     plans = [planner.plan(backlog=1) for _ in range(2 * REPLAN_EVERY)]  # one per full plan, while plain wins
     assert [p.depth for p in plans] == ([MAX_DEPTH] + [0] * (REPLAN_EVERY - 1)) * 2 and plans[0].probe
+
+
+def test_the_warm_up_waits_once_its_first_probes_say_plain_decoding_wins_by_the_margin():
+    """The warm-up's first WARMUP_EVIDENCE probes run however the prediction reads; after them, while plain
+    decoding is predicted to win by the margin, the rest of the warm-up waits: plain steps, and a probe at
+    the best cap only when one is due. Where drafting is predicted to pay, every warm-up probe runs (the
+    realised-rate test above: WARMUP deepest probes in a row)."""
+    base = make_cost(ar_step=4e-3, loop=5e-4, layer=2.5e-3, catch_up=2.5e-3)  # a draft as slow as a target
+    losing = replace(base, use_fit=False, verify_points=knee_cost(6, 1e-3).verify_points)
+    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=16)
+    planner.start(losing)
+    planner.depths = CountingDepths(0.5)
+    plans = []
+    for _ in range(8 * REPLAN_EVERY):
+        plan = planner.plan(backlog=1)
+        plans.append(plan)
+        if plan.depth:  # a drafting step at its planned speed and length, learned at once
+            planner.record(StepRecord(8, np.array([plan.length]), 0.2 * plan.seconds, 0.0, 0.8 * plan.seconds, 0.0),
+                           TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=1))
+        else:
+            planner.record(StepRecord(1, np.array([1.0]), 0.0, 0.0, plan.seconds, 0.0), None)
+        planner._learn()
+    warm = [p for p in plans if p.warmup]
+    assert len(warm) == WARMUP_EVIDENCE and all(p.depth == MAX_DEPTH and p.gain < 1 - MARGIN for p in warm)
+    last = max(i for i, p in enumerate(plans) if p.warmup)
+    later = [p for p in plans[last + 1:] if p.depth]
+    assert later and all(p.probe and not p.warmup and p.depth < MAX_DEPTH for p in later)  # due probes, best cap
+    assert sum(p.depth > 0 for p in plans) < len(plans) / 8
 
 
 def test_a_new_batch_size_starts_from_the_nearest_one_planned():
