@@ -50,8 +50,9 @@ def _random_tree_mask(batch_size: int, n: int, gen: torch.Generator, device: tor
 
 def head_layer_steps(head: EagleHead, cache: TreeCache, sizes: tuple[int, ...], backend: str,
                      gen: torch.Generator) -> list[Callable[[], None]]:
-    """One callable per size n: what `EagleRunner.forward_layer` computes for n frontier nodes per row (the
-    head's forward over (token, parent output) pairs, the logits over the target's ids), rolled back."""
+    """One callable per size n: what `EagleRunner.forward_layer` computes for n frontier nodes per row as
+    SMART asks for it (the head's forward over (token, parent output) pairs, the logits over its draft
+    vocabulary: `narrow=True`), rolled back."""
     B, H = cache.batch_size, head.config.hidden_size
     rope = head.rope_table(cache.capacity)
     steps = []
@@ -63,7 +64,7 @@ def head_layer_steps(head: EagleHead, cache: TreeCache, sizes: tuple[int, ...], 
 
         def step(tokens=tokens, parents=parents, positions=positions, mask=mask):
             hidden = head(tokens, parents, positions, cache, mask, rope, project=False, backend=backend)
-            head.logits(hidden)
+            head.draft_logits(hidden)
             cache.rollback()
 
         steps.append(step)
@@ -72,8 +73,9 @@ def head_layer_steps(head: EagleHead, cache: TreeCache, sizes: tuple[int, ...], 
 
 def head_catch_up_steps(head: EagleHead, cache: TreeCache, backlogs: tuple[int, ...], backend: str,
                         gen: torch.Generator) -> list[Callable[[], None]]:
-    """One callable per backlog m: what `EagleRunner.catch_up` computes for m pairs per row (the projection
-    of the target's features, a chain forward, its commit, the logits at the root), then undone."""
+    """One callable per backlog m: what `EagleRunner.catch_up` computes for m pairs per row as SMART asks for
+    it (the projection of the target's features, a chain forward, its commit, the logits at the root over the
+    draft vocabulary), then undone."""
     from .tree import TreeBatch
 
     B = cache.batch_size
@@ -91,7 +93,7 @@ def head_catch_up_steps(head: EagleHead, cache: TreeCache, backlogs: tuple[int, 
             hidden = head(tokens, features, positions, cache, chain.ancestor_mask, rope, project=True,
                           backend=backend)
             cache.commit_prefix(count, np.full(B, m))
-            head.logits(hidden[:, -1])
+            head.draft_logits(hidden[:, -1])
             cache.length -= count  # undo the commit: the next call starts from the same context
             cache.host_length -= m
 
