@@ -328,3 +328,25 @@ def test_profile_cache_is_keyed_by_content(tmp_path, monkeypatch, saved):
     perturbed(load_model(str(folder), device="cpu")).save_pretrained(folder)
     profiling.cached_profile(load_model(str(folder), device="cpu"), **settings)
     assert len(calls) == 6
+
+
+def test_a_profile_is_fitted_when_its_consumer_is_built_and_once_per_profile(monkeypatch):
+    """A fit takes ~150 ms on a 2-core CPU: `CostsByBatch` fits the profiled batch sizes when it is built (not
+    inside a consumer's first call), and every consumer of the same profile object shares the fits; another
+    profile object (equal or not) is fitted afresh, and a batch size outside the profile on first use."""
+    import specdec.cost as cost
+
+    fits = []
+    real = CostModel.fit.__func__
+    monkeypatch.setattr(CostModel, "fit", classmethod(lambda cls, p, b: fits.append(b) or real(cls, p, b)))
+    prof = synthetic_profile(batch_sizes=(1, 4, 8), scales=(1.0, 2.0, 4.0))
+    first = CostsByBatch(prof)
+    assert sorted(fits) == [1, 4, 8]
+    second = CostsByBatch(prof)
+    assert sorted(fits) == [1, 4, 8] and second(4) is first(4)
+    assert second(6).batch_size == 6 and fits[-1] == 6 and first(6) is second(6) and len(fits) == 4
+    CostsByBatch(synthetic_profile(batch_sizes=(1, 4, 8), scales=(1.0, 2.0, 4.0)))
+    assert len(fits) == 7
+    for _ in range(cost._FITS_KEPT + 2):  # the memo keeps a bounded number of profiles
+        CostsByBatch(synthetic_profile(batch_sizes=(1,), scales=(1.0,)))
+    assert len(cost._FITS) <= cost._FITS_KEPT
