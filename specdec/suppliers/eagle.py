@@ -132,19 +132,10 @@ class EagleRunner:
 
     def _logits(self, hidden: Tensor, narrow: bool = False) -> Tensor:
         """The head's logits over the target's vocabulary (`narrow`: over its draft vocabulary, whose ids
-        `draft_ids` maps), divided by its greedy temperature when decoding greedily (sampling draws from the
-        head's own distribution)."""
+        `EagleHead.draft_ids` maps), divided by its greedy temperature when decoding greedily (sampling draws
+        from the head's own distribution)."""
         logits = self.head.draft_logits(hidden) if narrow else self.head.logits(hidden)
         return logits if self._sharpen is None else logits * self._sharpen
-
-    @property
-    def draft_ids(self) -> Tensor | None:
-        """The target id of each column of a `narrow` forward's logits ([Vd] int64), None when they are the
-        target's own columns; `widen` spreads such logits over the target's vocabulary."""
-        return self.head.draft_ids
-
-    def widen(self, logits: Tensor) -> Tensor:
-        return self.head.widen(logits)
 
     def _pack(self) -> tuple[Tensor, Tensor, Tensor]:
         """The queued chunks as one right-padded ragged block: tokens [B, N], features [B, N, F], count [B]."""

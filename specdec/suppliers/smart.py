@@ -147,8 +147,8 @@ class SmartSupplier(Supplier):
             self.budget = min(self.budget, limit)
         shared = self.draft.config.draft_vocab_size if self._draft_model is None else self.runner.vocab.size
         check_within("topk", self.topk, shared, "the token ids the draft shares with the target")
-        ids = self.runner.draft_ids if isinstance(self.runner, EagleRunner) else None
-        self._vocab = None if ids is None else (ids.cpu().numpy(), self.runner.widen)
+        ids = self.draft.draft_ids if self._draft_model is None else None  # an EAGLE head's draft vocabulary
+        self._vocab = None if ids is None else (ids.cpu().numpy(), self.draft.widen)
 
     def max_tree_size(self) -> int:
         return self.budget
