@@ -71,7 +71,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .cost import CostModel, CostsByBatch
+from .cost import CostModel
+from .cost_by_batch import CostsByBatch
 from .online_costs import OnlineCosts
 from .profiling import Profile
 from .stages import StepRecord

@@ -20,7 +20,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 from transformers import PreTrainedModel
 
 from ..checks import as_int
-from ..cost import CostModel, CostsByBatch, check_compatible
+from ..cost import CostModel, check_compatible
+from ..cost_by_batch import CostsByBatch
 from ..planner import StepPlanner, TreeFacts
 from ..profiling import Profile
 from ..state import DecodeState

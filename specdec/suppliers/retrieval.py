@@ -28,7 +28,8 @@ import torch
 from transformers import PreTrainedModel
 
 from ..checks import as_int
-from ..cost import CostModel, CostsByBatch, check_compatible
+from ..cost import CostModel, check_compatible
+from ..cost_by_batch import CostsByBatch
 from ..datastore import Datastore
 from ..planner import StepPlanner, TreeFacts
 from ..profiling import Profile

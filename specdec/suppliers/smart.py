@@ -41,7 +41,8 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from ..checks import as_int
-from ..cost import CostModel, CostsByBatch, check_compatible
+from ..cost import CostModel, check_compatible
+from ..cost_by_batch import CostsByBatch
 from ..eagle import EagleHead
 from ..ops import Expansion, smart_expand
 from ..planner import MARGIN, StepPlanner, TreeFacts

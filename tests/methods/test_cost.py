@@ -13,7 +13,8 @@ import torch
 
 import specdec
 from specdec import profiling
-from specdec.cost import MAX_FIT_ERROR, CostModel, CostsByBatch, Curve, check_compatible
+from specdec.cost import MAX_FIT_ERROR, CostModel, Curve, check_compatible
+from specdec.cost_by_batch import CostsByBatch
 from specdec.ops import smart_cost
 from specdec.profiling import BACKLOGS, FORMAT_VERSION, Profile
 from tests.helpers import (MODERATE, ONE_NODE, PROFILE_SIZES, TRUE_FIT, count_calls, fixed_cost, make_model, perturbed,
@@ -334,7 +335,7 @@ def test_a_profile_is_fitted_when_its_consumer_is_built_and_once_per_profile(mon
     """A fit takes ~150 ms on a 2-core CPU: `CostsByBatch` fits the profiled batch sizes when it is built (not
     inside a consumer's first call), and every consumer of the same profile object shares the fits; another
     profile object (equal or not) is fitted afresh, and a batch size outside the profile on first use."""
-    import specdec.cost as cost
+    import specdec.cost_by_batch as cost
 
     fits = []
     real = CostModel.fit.__func__
