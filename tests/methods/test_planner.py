@@ -1,5 +1,6 @@
 """The step planner: its depth cap equals the brute-force argmax on hand-built cost curves, and it decides
-between drafting and plain steps by what it measured (its online costs: test_online_costs.py)."""
+between drafting and plain steps by what it measured (its online costs: test_online_costs.py; the batch's
+spread: test_planner_spread.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,8 @@ import pytest
 from specdec.cost import CostModel, Curve
 from specdec.estimates import Estimates
 from specdec.online_costs import C_T_FIRST, OnlineCosts
-from specdec.planner import (BACKOFF, C_T_EVERY, COLD_PROBE, MARGIN, REPLAN_EVERY, SPREAD_DEVIATION, SPREAD_PRIOR_CALLS,
-                             SPREAD_WEIGHT, WARM_AFTER, WARMUP, WARMUP_EVIDENCE, StepPlanner, StepRecord,
-                             TreeFacts)
+from specdec.planner import (BACKOFF, C_T_EVERY, COLD_PROBE, MARGIN, REPLAN_EVERY, WARM_AFTER, WARMUP, WARMUP_EVIDENCE,
+                             StepPlanner, StepRecord, TreeFacts)
 from tests.helpers import make_cost, step_record
 
 MAX_DEPTH = 7
@@ -237,122 +237,6 @@ def test_realised_rate_is_unbiased_for_whole_token_steps():
     for _ in range(3):  # and drafting steps that realise half pull it down again at once
         planner._realise(plan, 2.5, 0.04)
     assert planner.state.realised < 0.8
-
-
-def run_call(planner, cost, steps):
-    """One generate call of hand-set steps: each (active rows [B] bool, tokens per active row); every step
-    drafts (the test checks the plans) and takes its planned seconds."""
-    planner.start(cost)
-    for active, tokens in steps:
-        plan = planner.plan(backlog=1)
-        assert plan.depth > 0
-        step = StepRecord(8, np.asarray(tokens, dtype=np.float64), 0.2 * plan.seconds, 0.0, 0.8 * plan.seconds,
-                          0.0, active=np.asarray(active))
-        planner.record(step, TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=1))
-    return planner.report()
-
-
-@pytest.mark.parametrize("rows", ["diverging", "even", "single"])
-def test_a_batch_waits_for_its_slowest_row_and_the_planner_prices_it(rows):
-    """Two rows of 8 tokens. Diverging: 4 drafting steps give row 0 one token and row 1 two (row 1 is done),
-    then 4 give row 0 one: the rows' means add up to 10 tokens in 8 steps, the batch moved as AR would have
-    (8 steps, 8 tokens), so the spread is 0.8 and the measured speedup counts the batch's 8 tokens. A plan
-    predicted 1.13x over AR (above the margin) then loses to plain decoding (0.9x). Even rows, or one row:
-    the spread stays 1 and the planner goes on drafting."""
-    cost = knee_cost(6, 1e-3)
-    _, speedup = brute_force(cost, FixedDepths(0.5))
-    assert 1 + MARGIN < speedup < 1 / 0.8  # drafting pays unless the spread is priced
-    planner = StepPlanner(MAX_DEPTH, online=False, realise=False, probe_every=1000)
-    planner.depths = RecordingDepths(0.5)
-    both, first = [True, True], [True, False]
-    steps = {"diverging": [(both, [1, 2])] * 4 + [(first, [1])] * 4,
-             "even": [(both, [2, 2])] * 4,
-             "single": [([True], [2])] * 4}[rows]
-    stats = run_call(planner, cost, steps)
-    mean_tokens = sum(float(np.mean(t)) for _, t in steps)
-    assert stats.measured_tokens == pytest.approx(mean_tokens)
-    if rows == "diverging":
-        assert stats.batch_tokens == 8 and planner.state.spread == pytest.approx(0.8)
-        assert stats.measured_speedup == pytest.approx(stats.ar_seconds_measured * 0.8 / stats.seconds_measured)
-    else:
-        assert stats.batch_tokens == 8 and planner.state.spread == 1.0
-        assert stats.measured_speedup == pytest.approx(stats.ar_seconds_measured / stats.seconds_measured)
-    planner.start(cost)
-    plan = planner.plan(backlog=1)
-    while plan.depth == 0 and plan.probe:  # re-measuring c_T after a drafting run (its own test): not a decision
-        planner.record(StepRecord(1, np.ones(len(steps[0][0])), 0.0, 0.0, cost.ar_step, 0.0), None)
-        plan = planner.plan(backlog=1)
-    assert (plan.depth > 0) == (rows != "diverging")
-
-
-def plain_call(planner, cost, rows: int, steps: int = 6):
-    """One generate call whose steps all decode plainly (no tree facts), whatever was planned."""
-    planner.start(cost)
-    for _ in range(steps):
-        planner.plan(backlog=1)
-        planner.record(StepRecord(1, np.ones(rows), 0.0, 0.0, cost.ar_step, 0.0), None)
-    return planner.report()
-
-
-def test_calls_that_do_not_draft_age_the_spread_toward_one():
-    """A spread measured once must not stand for as long as the planner decodes plainly (it would keep a
-    paying plan below the margin for good): each call that drafted too little to measure it moves it a
-    call's weight toward 1; a drafting call that measures 0.8 again pulls it back down. Batch 1: always 1."""
-    cost = knee_cost(6, 1e-3)
-    planner = StepPlanner(MAX_DEPTH, online=False, realise=False, probe_every=1000)
-    planner.depths = RecordingDepths(0.5)
-    both, first = [True, True], [True, False]
-    diverging = [(both, [1, 2])] * 4 + [(first, [1])] * 4
-    run_call(planner, cost, diverging)
-    assert planner.state.spread == pytest.approx(0.8)
-    spreads = []
-    for _ in range(4):
-        plain_call(planner, cost, rows=2)
-        spreads.append(planner.state.spread)
-    assert spreads == pytest.approx([0.8 ** ((1 - SPREAD_WEIGHT) ** n) for n in range(1, 5)])
-    assert spreads[-1] > 0.92
-    run_call(planner, cost, diverging)
-    assert planner.state.spread < spreads[-1] - 0.03
-    single = StepPlanner(MAX_DEPTH, online=False, realise=False, probe_every=1000)
-    plain_call(single, cost, rows=1)
-    assert single.state.spread == 1.0
-
-
-def test_a_batch_size_not_measured_yet_takes_the_spread_the_measured_ones_predict():
-    """A batch waits for its slowest row, so its spread falls with the batch size: measured 0.8 at batch 2
-    (a per-row deviation of 0.25 / e2), batch 4 (never measured) is predicted 1 / (1 + deviation * e4), where
-    e_B is the expected maximum of B standard normal draws and the deviation is that measurement's beside the
-    prior SPREAD_DEVIATION (SPREAD_PRIOR_CALLS calls), and drafting's gain there (1.13x over AR before the
-    spread) falls below the margin, where a spread assumed to be 1 would draft. Batch 1 stays at 1; a batch
-    size's own measurement replaces the prediction; a batch size met before any was measured takes the
-    prior's prediction, and the measured ones' once they are."""
-    cost = knee_cost(6, 1e-3)
-    _, speedup = brute_force(cost, FixedDepths(0.5))
-    e = {b: float(np.mean(np.max(np.random.default_rng(b).standard_normal((400_000, b)), axis=1))) for b in (2, 4)}
-    deviation = (SPREAD_PRIOR_CALLS * SPREAD_DEVIATION + 0.25 / e[2]) / (SPREAD_PRIOR_CALLS + 1)
-    want = 1 / (1 + deviation * e[4])
-    assert speedup * want < 1 + MARGIN / 2 < 1 + MARGIN < speedup  # drafting pays unless the spread is priced
-    at = {b: replace(cost, batch_size=b) for b in (1, 2, 4, 8)}  # one profile per batch size, as a server holds
-    planner = StepPlanner(MAX_DEPTH, online=False, realise=False, probe_every=1000)
-    planner.depths = RecordingDepths(0.5)
-    planner.start(at[4])  # met first, nothing measured yet: the prior's
-    assert planner.state.spread == pytest.approx(1 / (1 + SPREAD_DEVIATION * e[4]), abs=0.01)
-    both, first = [True, True], [True, False]
-    planner.depths = RecordingDepths(0.9)  # batch 2 drafts (at 0.5 its prior spread, 0.9, would not)
-    run_call(planner, at[2], [(both, [1, 2])] * 4 + [(first, [1])] * 4)
-    assert planner.state.spread == pytest.approx(0.8)
-    planner.depths = RecordingDepths(0.5)
-    planner.start(at[4])
-    assert planner.state.spread == pytest.approx(want, abs=0.01)  # Blom's approximation of e_B
-    assert planner.plan(backlog=1).depth == 0
-    planner.start(at[8])  # a new batch size: predicted, not copied from batch 2 or 4
-    assert planner.state.spread < want
-    planner.start(at[1])
-    assert planner.state.spread == 1.0 and planner.plan(backlog=1).depth > 0
-    planner.depths = RecordingDepths(0.9)  # drafting pays by far: batch 8 drafts despite its predicted spread
-    run_call(planner, at[8], [([True] * 8, [2] * 8)] * 4)  # and measures rows that move alike: its own 1.0 stands
-    planner.start(at[8])
-    assert planner.state.spread == 1.0
 
 
 def test_tested_nodes_of_one_row_match_the_batched_walk():
