@@ -50,7 +50,9 @@ fi
 } | tee -a "$OUT/env.txt"  # appended: the tool brings back 8 files, all taken
 
 echo "== gpu tests"
-stage 150 python3 -m pytest tests -m gpu -q -rs -p no:cacheprovider --junitxml "$DATA/gpu-tests.xml" 2>&1 | tee "$OUT/gpu-tests.txt"
+# pytest-xdist (in the image) spreads the Triton JIT compiles of the shape grid over 8 workers.
+XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8")
+stage 150 python3 -m pytest tests -m gpu -q -rs -p no:cacheprovider $XDIST --junitxml "$DATA/gpu-tests.xml" 2>&1 | tee "$OUT/gpu-tests.txt"
 
 echo "== microbenchmarks"
 stage 120 python3 -m pytest bench -q -p no:cacheprovider --benchmark-only --benchmark-columns=median,iqr \
