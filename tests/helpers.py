@@ -66,12 +66,13 @@ def make_model(arch: str, seed: int = 0, **overrides) -> torch.nn.Module:
 
 
 def perturbed(model: torch.nn.Module, scale: float = 0.3, seed: int = 1) -> torch.nn.Module:
-    """A copy whose weights carry relative noise: it agrees with `model` often, not always."""
+    """A copy whose weights carry relative noise: it agrees with `model` often, not always. The noise is drawn
+    on the CPU's generator whatever the model's device, so a CUDA copy gets the same draft."""
     draft = copy.deepcopy(model)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in draft.parameters():
-            p.add_(scale * p.std() * torch.randn(p.shape, generator=gen))
+            p.add_(scale * p.std() * torch.randn(p.shape, generator=gen).to(p.device, p.dtype))
     return draft
 
 
