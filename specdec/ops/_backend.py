@@ -9,8 +9,9 @@ CPU under Triton's interpreter (``TRITON_INTERPRET=1`` set before triton is impo
 op's kernel handles the shapes); otherwise the op's fast torch path where it has one (tree attention: sdpa),
 else the reference. Triton comes first because it measured faster on the one GPU the kernels have run on
 (H200, bf16, the microbenchmarks' shapes: tree attention faster in 26 of 27 shapes, by 6.8x at the median
-and up to 14x (its CUDA kernel's products run on CUDA cores); the log-prob scorer 2.6-24x (its CUDA kernel's
-wmma path reached 16-19 TFLOP/s); top-k expansion 2.8-4.6x: bench/results/2026-12-04-h200-gpu-check/). The CUDA kernels stay available as backend="cuda".
+and up to 14x; the log-prob scorer 2.6-24x; top-k expansion 2.8-4.6x. The CUDA kernels' wmma products,
+staged through shared memory, reached 17-28 TFLOP/s in bf16, 2-4% of the chip's; not profiled yet:
+bench/results/2026-12-04-h200-gpu-check/). The CUDA kernels stay available as backend="cuda".
 """
 
 from __future__ import annotations
