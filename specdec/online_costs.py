@@ -251,15 +251,23 @@ class OnlineCosts:
         w = step.width
         ratio = step.verify / (self.profiled(w) * self.model.context_factor(context))
         b = self._bucket_list[w] if w < TABLE else int(_bucket(w))
+        if self.verify_seen[b]:
+            self.verify_ratio[b] = self._ema(self.verify_ratio[b], ratio)
+        else:  # a bucket's first reading, within CLIP of the level before it (`_observe_level`)
+            self.verify_ratio[b] = min(max(ratio, self.verify_level / CLIP), self.verify_level * CLIP)
         if steady:
             self._observe_level(ratio)
-        self.verify_ratio[b] = self._ema(self.verify_ratio[b], ratio) if self.verify_seen[b] else ratio
         self.verify_seen[b] = min(self.verify_seen[b] + 1, 1 / COST_WEIGHT)
         self._stale = True
 
     def _observe_level(self, ratio: float) -> None:
         """The level is the (geometric) mean of its observations until the running mean's memory is filled:
         c_T, measured against it from the planner's ninth step on, must not see the profile's 1 fade out.
+        Every reading is within CLIP of the level before it, the first too: on a GPU the first tree of each
+        new shape class compiles Triton kernels (one step of 1.1 s among steps of 5 ms on the H200), and
+        taken whole as a first reading, one such step priced every drafting plan at 70x a plain step for
+        the rest of the run (bench/results/2026-12-04-h200-planner-trace/); a bucket's first reading is
+        held within CLIP of the level likewise (`observe_verify`).
 
         c_T's members are dated by the level of their moment only while drafting measures it: plain steps
         taken more than LEVEL_STALE steps after it last moved (plain decoding paying, or before any drafting
@@ -275,7 +283,7 @@ class OnlineCosts:
         self.level_seen = min(self.level_seen + 1, 1 / LEVEL_WEIGHT)
         if self.level_seen < 1 / LEVEL_WEIGHT:
             old = self.verify_level
-            new = min(max(ratio, old / CLIP), old * CLIP) if self.level_seen > 1 else ratio
+            new = min(max(ratio, old / CLIP), old * CLIP)
             self.verify_level = math.exp(math.log(old) + (math.log(new) - math.log(old)) / self.level_seen)
         else:
             self.verify_level = self._ema(self.verify_level, ratio, LEVEL_WEIGHT)

@@ -36,7 +36,7 @@ import numpy as np
 
 from .cost import CostModel
 from .estimates import Calibration, DepthStats, TreeFacts, tested_nodes
-from .online_costs import C_T_FIRST, OnlineCosts
+from .online_costs import C_T_FIRST, CLIP, OnlineCosts
 from .stages import PlanStats, StepRecord
 
 __all__ = ["StepRecord", "TreeFacts", "Plan", "PlanStats", "StepPlanner", "MARGIN"]
@@ -320,7 +320,9 @@ class StepPlanner:
         state, keep = self.state, 1 - REALISED_WEIGHT
         t, n, s, c = (keep * x for x in state.realised_sums)
         if plan is not None and seconds > 0 and plan.seconds > 0 and plan.length > 0:
-            t, n, s, c = t + tokens, n + plan.length, s + seconds, c + plan.seconds
+            # one step counts at most CLIP times its plan: a one-off (a GPU's Triton compile of a new tree
+            # shape, over a second against a 10 ms plan) is no drafting cost
+            t, n, s, c = t + tokens, n + plan.length, s + min(seconds, CLIP * plan.seconds), c + plan.seconds
             state.realised_prior = (plan.length, plan.seconds)
         state.realised_sums = (t, n, s, c)
 

@@ -10,7 +10,7 @@ import pytest
 
 from specdec.cost import Curve
 from specdec.estimates import TreeFacts
-from specdec.online_costs import C_T_WINDOW, OnlineCosts
+from specdec.online_costs import C_T_WINDOW, CLIP, OnlineCosts
 from tests.helpers import make_cost, step_record
 
 
@@ -137,3 +137,31 @@ def test_frozen_costs_stay_the_profiles():
     costs.observe_draft(step_record(8, 1.0, 1.0, (3,)), TreeFacts(3, 1, (4,), (8,), backlog=2), None, False)
     assert costs.ar_step == model.ar_step and costs.verify(8) == pytest.approx(model.verify_seconds(8))
     assert costs.layer(4) == pytest.approx(model.draft_seconds(4))
+
+
+def test_a_one_off_step_moves_no_estimate_beyond_clip():
+    """On a GPU the first tree of each new shape class compiles Triton kernels: one step of 1.1 s among steps of
+    5 ms (the H200's trace). Taken whole as the first reading of its width and of the level, it priced every
+    drafting plan at 70x a plain step for the rest of the run; every reading is held within CLIP of the
+    estimate it corrects, the first ones too, and later readings bring the prices back."""
+    model = make_cost(ar_step=4e-3, loop=5e-4)
+    costs = OnlineCosts(model)
+    base11, base30 = model.verify_seconds(11), model.verify_seconds(30)
+    costs.observe_verify(step_record(11, 1.1), None)
+    assert costs.verify_level == pytest.approx(CLIP)
+    assert costs.verify(11) == pytest.approx(CLIP * base11)
+    assert costs.verify(30) <= CLIP * base30 * 1.0001  # an unmeasured width takes its neighbours' correction
+    for _ in range(60):
+        costs.observe_verify(step_record(11, base11), None)
+    assert costs.verify(11) == pytest.approx(base11, rel=0.05)
+    assert costs.verify_level == pytest.approx(1.0, rel=0.05)
+
+
+def test_a_one_off_drafting_step_counts_clip_times_its_plan_in_the_realised_rate():
+    from specdec.planner import Plan, StepPlanner
+
+    planner = StepPlanner(4)
+    planner.start(make_cost(ar_step=4e-3, loop=5e-4))
+    plan = Plan(3, 2.0, 1e-2)
+    planner._realise(plan, 2.0, 1.1)  # a compile step: 1.1 s against a plan of 10 ms
+    assert planner.state.realised == pytest.approx((2.0 + 2.0) / (2.0 + 2.0) / ((CLIP * 1e-2 + 1e-2) / 2e-2))
