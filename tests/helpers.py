@@ -105,22 +105,6 @@ def make_tree(kind: str, B: int, T: int, seed: int, device: torch.device | str =
     return TreeBatch.from_parents([list(range(T))] * B, parents, num_nodes, device=device)
 
 
-def assert_gpu_generation_identity(backend: str, mode: str) -> None:
-    """On CUDA, fp32, a ragged batch: `backend` == "torch" == model.generate(do_sample=False), token for token."""
-    target = make_model("llama").cuda()
-    draft = perturbed(target)
-    ids, mask = (t.cuda() for t in ragged_prompts([5, 11, 8]))
-    ref = target.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0)
-    outs = {}
-    for name in (backend, "torch"):
-        supplier = specdec.DraftSupplier(draft, mode=mode, depth=4, topk=3, total_tokens=10, backend=name)
-        gen = specdec.SpeculativeGenerator(target, supplier, backend=name)
-        outs[name] = gen.generate(ids, attention_mask=mask, max_new_tokens=24, pad_token_id=0,
-                                  eos_token_id=[]).sequences
-    assert torch.equal(outs[backend], outs["torch"])
-    assert torch.equal(outs[backend], ref)
-
-
 def reference(target, ids, mask, max_new_tokens, eos):
     return target.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
                            eos_token_id=eos, pad_token_id=0)

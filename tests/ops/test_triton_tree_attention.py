@@ -18,8 +18,8 @@ import torch
 import specdec
 from specdec import ops
 from specdec.tree import TreeBatch, pack_bits
-from tests.helpers import (ROOT, assert_gpu_generation_identity, attention_inputs, make_model, perturbed,
-                           ragged_prompts)
+from tests.gpu_identity import assert_gpu_generation_identity
+from tests.helpers import ROOT, attention_inputs, make_model, perturbed, ragged_prompts
 from tests.helpers import make_tree as _make_tree
 
 pytest.importorskip("triton")
