@@ -31,7 +31,9 @@ from specdec.app.evaluation import load_eagle, smart_profile
 from specdec.app.models import load_model, load_tokenizer
 from specdec.planner import StepPlanner
 
-REFERENCE = {"eagle-smart": ("eagle-chain", dict(eagle_shape=(4, 1, 4))), "smart": ("tree", dict(depth=4, topk=2, total_tokens=10))}
+# the static configuration each planned method is read against: the head's chain of 4, the demo's 4:2:10 tree
+REFERENCE = {"eagle-smart": ("eagle-chain", dict(eagle_shape=(4, 1, 4))),
+             "smart": ("tree", dict(depth=4, topk=2, total_tokens=10))}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--out", type=Path, default=None, help="write the trace here too")
+    ap.add_argument("--out", type=Path, default=None, help="write the trace here (stdout then gets the summary)")
     args = ap.parse_args(argv)
 
     tok = load_tokenizer("demo-target", "--target")
@@ -89,7 +91,8 @@ def main(argv: list[str] | None = None) -> None:
     lines = [f"# {args.method} at batch {args.batch}, {args.prompt_set} x {len(prompts)}, best of {args.repeats}, "
              f"{torch.cuda.get_device_name() if target.device.type == 'cuda' else 'cpu'}"]
     for run, (m, _) in zip(runs, res):
-        lines.append(f"{run.method:14s} {m.tokens_per_second:8.1f} tok/s  {m.tokens_per_second / ar.tokens_per_second:.3f}x"
+        ratio = m.tokens_per_second / ar.tokens_per_second
+        lines.append(f"{run.method:14s} {m.tokens_per_second:8.1f} tok/s  {ratio:.3f}x"
                      f"  accepted {m.mean_accepted_length:.2f}  drafted {m.steps_drafted} plain {m.steps_ar}"
                      f"  stages {m.stage_seconds}")
     lines.append("# plan depth probe warmup drafting | best L C_ms gain realised spread cold backlog cT_ms backoff"

@@ -23,7 +23,8 @@ def assert_gpu_generation_identity(backend: str, mode: str) -> None:
         gen = specdec.SpeculativeGenerator(target, supplier, backend=name)
         outs[name] = gen.generate(ids, attention_mask=mask, max_new_tokens=24, pad_token_id=0,
                                   eos_token_id=[2]).sequences
-    assert torch.equal(outs[backend], outs["torch"]), f"{backend} vs torch: {first_differences(outs[backend], outs['torch'])}"
+    assert torch.equal(outs[backend], outs["torch"]), \
+        f"{backend} vs torch: {first_differences(outs[backend], outs['torch'])}"
     if not torch.equal(outs[backend], ref):  # which side is off: each row decoded alone, unpadded, by generate()
         def agrees(new: torch.Tensor, single: torch.Tensor) -> str:  # a row alone stops at EOS: pads after it
             n = single.shape[0]
