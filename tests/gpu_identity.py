@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 import specdec
+from specdec.app.harness import first_difference
 from tests.helpers import make_model, perturbed, ragged_prompts
 
 
@@ -45,9 +46,9 @@ def first_differences(a: torch.Tensor, b: torch.Tensor) -> str:
     failing identity assertion says where, not only that)."""
     if a.shape != b.shape:
         return f"shapes {tuple(a.shape)} and {tuple(b.shape)}"
-    diff = (a != b).cpu()
     out = []
-    for row in diff.any(1).nonzero().flatten().tolist():
-        col = int(diff[row].nonzero()[0])
-        out.append(f"row {row} from column {col} ({int(a[row, col])} vs {int(b[row, col])})")
+    for row, (x, y) in enumerate(zip(a.tolist(), b.tolist())):
+        col = first_difference(x, y)
+        if col is not None:
+            out.append(f"row {row} from column {col} ({x[col]} vs {y[col]})")
     return "; ".join(out) or "equal"
