@@ -22,8 +22,9 @@ from specdec import ops
 from specdec.ops import _backend, _cuda
 from specdec.tree import pack_bits
 from tests.gpu_identity import assert_gpu_generation_identity
-from tests.helpers import (ROOT, assert_same_expansion, attention_inputs, exact_logprob, expand_case, logprob_inputs,
-                           make_tree, path_mean_inputs)
+from tests.helpers import ROOT, make_tree
+from tests.kernel_inputs import (assert_same_expansion, attention_inputs, exact_logprob, expand_case, logprob_inputs,
+                                 path_mean_inputs)
 
 CUDA = torch.device("cuda")
 

@@ -10,7 +10,7 @@ import torch
 from specdec.ops import (path_mean, path_mean_ref, token_logprob, token_logprob_from_logits,
                          token_logprob_from_logits_ref, token_logprob_ref)
 from specdec.ops._backend import triton_runnable
-from tests.helpers import exact_logprob, logprob_inputs, path_mean_inputs
+from tests.kernel_inputs import exact_logprob, logprob_inputs, path_mean_inputs
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 needs_triton = pytest.mark.skipif(not triton_runnable(torch.device(DEVICE)),

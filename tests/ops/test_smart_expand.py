@@ -10,7 +10,7 @@ import torch
 
 from specdec.ops._backend import triton_runnable
 from specdec.ops.smart_expand import smart_cost, smart_expand, smart_expand_ref
-from tests.helpers import assert_same_expansion, expand_case
+from tests.kernel_inputs import assert_same_expansion, expand_case
 
 INF = float("-inf")
 needs_triton = pytest.mark.skipif(not triton_runnable(torch.device("cuda" if torch.cuda.is_available() else "cpu")),

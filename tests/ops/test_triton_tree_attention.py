@@ -19,8 +19,9 @@ import specdec
 from specdec import ops
 from specdec.tree import TreeBatch, pack_bits
 from tests.gpu_identity import assert_gpu_generation_identity
-from tests.helpers import ROOT, attention_inputs, make_model, perturbed, ragged_prompts
+from tests.helpers import ROOT, make_model, perturbed, ragged_prompts
 from tests.helpers import make_tree as _make_tree
+from tests.kernel_inputs import attention_inputs
 
 pytest.importorskip("triton")
 
