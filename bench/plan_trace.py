@@ -12,8 +12,9 @@ then one line per full plan and per step the planner recorded (all rounds, timed
     step  ms propose_ms verify_ms rest_ms tokens width
 
 `gain` is the best drafting plan's predicted speedup as the decision weighed it (realised rate, spread and
-the resume amortisation in); L and C are the planner's predictions (`StepPlanner.predict`). Plain steps
-the planner takes without a full plan (between REPLAN_EVERY plans) print only their `step` line. The stage
+the resume amortisation in); L and C are the planner's predictions (`StepPlanner.predict`). Steps the
+planner takes without weighing a plan (plain ones between REPLAN_EVERY plans, c_T probes) print only their
+`step` line. The stage
 times are the loop's timers: on a GPU they are host time between the loop's syncs.
 """
 
@@ -61,10 +62,9 @@ def main(argv: list[str] | None = None) -> None:
     orig_plan, orig_record = StepPlanner.plan, StepPlanner.record
 
     def plan(self, backlog=1, context=None, cold=False):
-        quiet = self.state.quiet
         p = orig_plan(self, backlog, context, cold)
-        if quiet > 0 and not p.probe and p.depth == 0:
-            return p  # a quiet plain step: no full plan was made
+        if p.gain == 0:
+            return p  # nothing was weighed (a quiet plain step, a c_T probe): no full plan to print
         s, c = self.state, self.costs
         length, seconds = self.predict(backlog, context)
         best = max((d for d in self.choices if d > 0), key=lambda d: length[d] / seconds[d])
