@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Calibration", "DepthStats", "Estimates", "TreeFacts", "tested_nodes"]
+__all__ = ["Calibration", "DepthStats", "Estimates", "TreeFacts", "isotonic", "tested_nodes"]
 
 DECAY = 0.98  # per drafting step, for the acceptance and growth counts (about 50 steps of memory)
 PRIOR = 2.0  # pseudo-observations behind each prior
@@ -77,12 +77,12 @@ class Calibration:
         self.accepted = DECAY * self.accepted + np.bincount(b, weights=accepted.astype(np.float64),
                                                             minlength=len(self.table))
         rate = (self.accepted + PRIOR * self.centers) / (self.tested + PRIOR)
-        self.table = np.minimum(np.maximum(_isotonic(rate, self.tested + PRIOR), 0.0), 1.0)
+        self.table = np.minimum(np.maximum(isotonic(rate, self.tested + PRIOR), 0.0), 1.0)
 
 
-def _isotonic(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+def isotonic(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """The non-decreasing sequence closest to `values` in weighted least squares (pool adjacent violators;
-    a dozen bins, so a Python loop)."""
+    a dozen or so values: the calibration's bins, the verify curve's per-width corrections; a Python loop)."""
     blocks: list[list[float]] = []  # [mean, weight, count]
     for v, w in zip(values.tolist(), weights.tolist()):
         blocks.append([v, w, 1])

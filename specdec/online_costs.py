@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .cost import CostModel
-from .estimates import DECAY, PRIOR
+from .estimates import DECAY, PRIOR, isotonic
 
 if TYPE_CHECKING:
     from .estimates import TreeFacts
@@ -62,8 +62,9 @@ class OnlineCosts:
     """A `CostModel` corrected by the loop's timers (module docstring); `online=False` keeps the profile's.
 
     Prices are asked several times per layer, so the corrected verify curve is tabulated per integer width
-    (refreshed at the first question after an observation, made non-decreasing from width 2 on: a wider
-    tree never verifies faster, whatever the buckets' corrections say) and the draft's parts likewise: a
+    (refreshed at the first question after an observation, made non-decreasing from width 2 on by a
+    weighted monotone fit, `_refresh`: a wider tree never verifies faster, whatever the buckets' corrections
+    say) and the draft's parts likewise: a
     host float per question, or one numpy call for a vector of widths. A step that asks nothing (a
     ValuSpec gate's unscored step) does not pay the re-tabulation.
     """
@@ -111,6 +112,12 @@ class OnlineCosts:
         if known.size:
             ratio = np.where(seen > 0, ratio, np.interp(np.arange(len(ratio)), known, ratio[known]))
         table = ratio[self._buckets] * self._base
+        # Non-decreasing from width 2 on: over the widths with a bucket each, the weighted least-squares
+        # monotone fit (a bucket's weight: its readings and the PRIOR that shrinks it), not the running
+        # maximum, which lifted every wider width to one width's slow reading and so priced every larger
+        # tree up, never down: drafting steps over-priced by 5-25% at HumanEval batch 4 on the 2-core CPU
+        # (bench/results/2026-12-04-cpu-call-parity/). Past FINE, buckets span many widths: the maximum.
+        table[2:FINE + 1] = isotonic(table[2:FINE + 1], seen[1:FINE] + PRIOR)
         table[2:] = np.maximum.accumulate(table[2:])
         self._table, self._table_list, self._stale = table, table.tolist(), False
 

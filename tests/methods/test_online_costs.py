@@ -165,3 +165,23 @@ def test_a_one_off_drafting_step_counts_clip_times_its_plan_in_the_realised_rate
     plan = Plan(3, 2.0, 1e-2)
     planner._realise(plan, 2.0, 1.1)  # a compile step: 1.1 s against a plan of 10 ms
     assert planner.state.realised == pytest.approx((2.0 + 2.0) / (2.0 + 2.0) / ((CLIP * 1e-2 + 1e-2) / 2e-2))
+
+
+def test_one_slow_width_does_not_lift_the_wider_ones():
+    """The corrected curve is made non-decreasing by a weighted monotone fit, not a running maximum: a slow
+    stretch at one width (a stall while it was being measured) lifted every wider width to it, and so priced
+    every larger tree up, never down."""
+    model = make_cost(ar_step=4e-3, loop=5e-4)
+    model = replace(model, use_fit=False, verify_points=Curve.through((1.0, 2.0, 16.0, 64.0), [4e-3, 5e-3, 5e-3, 9e-3]))
+    costs = OnlineCosts(model)
+    for _ in range(8):
+        for width in range(2, 17):
+            costs.observe_verify(step_record(width, 5e-3), None)
+    for _ in range(4):
+        costs.observe_verify(step_record(5, 3 * 5e-3), None)  # width 5 read slow, four times
+    curve = [costs.verify(w) for w in range(1, 40)]
+    assert all(b >= a for a, b in zip(curve[1:], curve[2:]))  # still non-decreasing from width 2 on
+    assert costs.verify(5) > 1.03 * 5e-3  # the slow readings still show, pooled with their neighbours
+    # the wider widths stay near what they measured (the common level, lifted by the slow readings, moves them
+    # some): 1.10x here, where the running maximum priced every width from 5 on at 1.58x
+    assert costs.verify(12) < 1.15 * 5e-3 and costs.verify(16) < 1.15 * 5e-3

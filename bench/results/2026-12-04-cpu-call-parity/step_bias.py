@@ -24,10 +24,11 @@ def plan(self, backlog=1, context=None, cold=False):
                    layers=float(e.forwards[d] * c.layer(e.layer_width)), total=p.seconds, width=float(e.width[d]), ar=c.ar(context))
     return p
 def record(self, step, facts):
+    self._last_tokens_before = self._last_tokens
     orec(self, step, facts)
     if cur and facts is not None:
         rows.append(dict(cur, m_prop=step.propose, m_ver=step.verify, m_rest=step.filter + step.commit, m_tot=step.seconds,
-                         m_width=step.width, fw=facts.forwards, cap=facts.cap))
+                         m_width=step.width, fw=facts.forwards, cap=facts.cap, steady=facts.backlog <= self._last_tokens_before))
 StepPlanner.plan, StepPlanner.record = plan, record
 loop = SpeculativeGenerator(target, sup)
 batches = harness._batches(prompts, B, tok.pad_token_id, target.device)
@@ -35,7 +36,18 @@ with torch.inference_mode():
     for r in range(2):
         for i, ids, mask in batches:
             loop.generate(ids, attention_mask=mask, max_new_tokens=64, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-rows = rows[len(rows)//3:]
+allr = rows[len(rows)//3:]
+for name, sel in (("steady", True), ("cold", False)):
+    rr = [r for r in allr if r["steady"] == sel]
+    if rr: print(name, len(rr), "verify pred %.2f meas %.2f  width %.2f  propose meas %.2f pred %.2f" % (np.mean([r["verify"] for r in rr])*1e3, np.mean([r["m_ver"] for r in rr])*1e3, np.mean([r["m_width"] for r in rr]), np.mean([r["m_prop"] for r in rr])*1e3, np.mean([r["catch"]+r["layers"] for r in rr])*1e3))
+rows = allr
+c = sup.planner.costs
+print("table ms", np.round(np.array(c._table[1:13]) * 1e3, 1).tolist())
+print("base  ms", np.round(np.array(c._base[1:13]) * 1e3, 1).tolist())
+print("ratio", np.round(c.verify_ratio[:12], 2).tolist(), "level", round(c.verify_level, 2))
+print("seen", c.verify_seen[:12].tolist())
+ws = np.array([r["m_width"] for r in allr]); vs = np.array([r["m_ver"] for r in allr])
+print("measured by width", {int(w): (int((ws == w).sum()), round(float(np.median(vs[ws == w])) * 1e3, 1)) for w in np.unique(ws)})
 k = lambda key: np.mean([r[key] for r in rows]) * (1e3 if key not in ("width", "m_width", "fw", "cap", "d") else 1)
 print("n", len(rows), "cap", k("d"))
 print("pred: rest %.2f verify %.2f (width %.2f) catch %.2f layers %.2f total %.2f ar %.2f" % tuple(k(x) for x in ("rest", "verify", "width", "catch", "layers", "total", "ar")))
