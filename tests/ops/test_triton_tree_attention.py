@@ -221,6 +221,7 @@ ops.path_mean(z(4, 256), torch.full((4, 256), -1), torch.full((4,), 256), backen
 """
 
 
+@pytest.mark.slow  # about a minute on 2 cores: CI runs it against the GPU image's Triton 3.6, beside `pytest`
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the GPU tests below launch the kernels for real")
 def test_kernels_compile_for_hopper_without_a_gpu():
     """Triton compiles every kernel for sm_90 (the H200) at real sizes, launch skipped: catches code the
