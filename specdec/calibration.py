@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .records import atomic_write_text, cache_file, content_key, read_json
+from .records import atomic_write_text, cache_file, content_key, model_name, read_json
 
 __all__ = ["Calibration", "calibrate", "cached_calibration", "token_logprobs", "thresholds_by_length", "threshold",
            "DEFAULT_DELTA", "DEFAULT_WINDOW", "MAX_LENGTH"]
@@ -202,8 +202,8 @@ def token_logprobs(scorer: PreTrainedModel, prompt: list[int], continuation: lis
 
 
 def _name(model: PreTrainedModel) -> str:
-    return str(getattr(model.config, "name_or_path", "") or getattr(model.config, "_name_or_path", "") or
-               type(model).__name__)
+    """The checkpoint `model` was loaded from (`records.model_name`), or its class for one built from a config."""
+    return model_name(model) or type(model).__name__
 
 
 def _token_lists(prompts: Iterable[str | list[int] | Tensor],
