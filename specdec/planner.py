@@ -283,8 +283,10 @@ class StepPlanner:
             # profile's (the EAGLE head's profile on the demo pair: 9.1 ms at batch 1 against the AR run's
             # 6.4, so each plan looked 1.4x better than it was): WARM_AFTER + 1 plain steps re-measure it
             # (frozen costs would learn nothing from them: none then).
-            # The first probe measures C_T_FIRST warm steps: c_T is then their median, not one step's reading.
-            state.c_t_probe, depth, probe = WARM_AFTER + (C_T_FIRST - 1 if not self.costs.ar_seen else 0), 0, True
+            # Each probe measures C_T_FIRST warm steps: the first sets c_T (their median, not one step's
+            # reading); a later one that disagrees with c_T by over C_T_RESET restarts it (`measure_ar`).
+            state.c_t_probe, depth, probe = WARM_AFTER + C_T_FIRST - 1, 0, True
+            self.costs.measure_ar(C_T_FIRST)
         self._plan = Plan(depth, float(length[depth]), float(seconds[depth]), probe, warmup, float(gain))
         return self._plan
 

@@ -10,7 +10,7 @@ import pytest
 
 from specdec.cost import Curve
 from specdec.estimates import TreeFacts
-from specdec.online_costs import C_T_WINDOW, CLIP, OnlineCosts
+from specdec.online_costs import C_T_FIRST, C_T_RESET, C_T_WINDOW, CLIP, OnlineCosts
 from tests.helpers import make_cost, step_record
 
 
@@ -90,6 +90,36 @@ def test_c_t_follows_the_machine_between_its_measurements():
     assert costs.ar_step == pytest.approx(0.6 * 6e-3, rel=0.02)
     costs.observe_ar(step_record(1, 0.6 * 6e-3), None, warm=True)  # a measurement at the new speed agrees
     assert costs.ar_step == pytest.approx(0.6 * 6e-3, rel=0.02)
+
+
+def test_a_c_t_probe_that_disagrees_with_c_t_restarts_it():
+    """Between c_T probes the verify level carries c_T and can lag the machine (it is learned afresh over a
+    drafting stretch's first steps). A probe's C_T_FIRST warm steps that agree with c_T join its window; ones
+    whose median is more than C_T_RESET away replace it: one such step among C_T_WINDOW members moved
+    nothing, and the planner drafted at 1.6x a plain step's predicted worth that ran 0.8-0.96x AR. A lone
+    stalled step outside a probe stays one member."""
+    model = make_cost(ar_step=4e-3, loop=5e-4)
+    costs = OnlineCosts(model)
+    for _ in range(C_T_WINDOW):
+        costs.observe_ar(step_record(1, 8e-3), None, warm=True)
+    costs.observe_ar(step_record(1, 4e-3), None, warm=True)  # not a probe: one member of the window
+    assert costs.ar_step == pytest.approx(8e-3)
+    costs.measure_ar(C_T_FIRST)  # agrees within C_T_RESET: more members, the median as it was
+    for _ in range(C_T_FIRST):
+        costs.observe_ar(step_record(1, (1 + C_T_RESET / 2) * 8e-3), None, warm=True)
+    assert costs.ar_step == pytest.approx(8e-3)
+    costs.measure_ar(C_T_FIRST)  # the machine now runs plain steps in 4.5-5 ms (one of them stalls)
+    for seconds in (5e-3, 4.5e-3, 20e-3)[:C_T_FIRST]:
+        costs.observe_ar(step_record(1, seconds), None, warm=True)
+    assert costs.ar_step == pytest.approx(5e-3)
+    for _ in range(2):  # later plain steps are members of the new window
+        costs.observe_ar(step_record(1, 4.5e-3), None, warm=True)
+    assert costs.ar_step == pytest.approx(4.5e-3)
+    cold = OnlineCosts(model)  # the first measurement: there is no c_T to disagree with
+    cold.measure_ar(C_T_FIRST)
+    for seconds in (5e-3, 6e-3, 7e-3)[:C_T_FIRST]:
+        cold.observe_ar(step_record(1, seconds), None, warm=True)
+    assert cold.ar_step == pytest.approx(6e-3)
 
 
 def test_c_t_is_continuous_when_drafting_resumes():

@@ -158,13 +158,13 @@ class RecordingDepths(FixedDepths):
 def test_a_planner_that_always_drafts_re_measures_c_t_with_a_few_plain_steps():
     """Drafting every step measures no plain step: after WARMUP drafting steps the planner takes
     WARM_AFTER + C_T_FIRST plain steps (c_T the median of the last C_T_FIRST: the first ones run cold), then
-    every C_T_EVERY drafting steps WARM_AFTER + 1 (one more member of c_T's window)."""
+    as many every C_T_EVERY drafting steps (C_T_FIRST more members of c_T's window)."""
     cost = knee_cost(6, 1e-3)
     planner = StepPlanner(MAX_DEPTH, probe_every=1000)
     planner.start(cost)
     planner.depths = RecordingDepths(0.9)  # drafting pays by far
     depths, first_probe = [], WARM_AFTER + C_T_FIRST
-    for _ in range(WARMUP + first_probe + C_T_EVERY + WARM_AFTER + 2):  # one drafting step learns the last
+    for _ in range(WARMUP + first_probe + C_T_EVERY + first_probe + 1):  # one drafting step learns the last
         plan = planner.plan(backlog=1)
         depths.append(plan.depth)
         if plan.depth:
@@ -177,8 +177,8 @@ def test_a_planner_that_always_drafts_re_measures_c_t_with_a_few_plain_steps():
             planner.record(step_record(1, 5 * cost.ar_step if stalled else 1.5 * cost.ar_step), None)
     plain = [i for i, d in enumerate(depths) if d == 0]
     second = WARMUP + first_probe + C_T_EVERY
-    assert plain == list(range(WARMUP, WARMUP + first_probe)) + list(range(second, second + WARM_AFTER + 1))
-    assert planner.costs.ar_seen == C_T_FIRST + 1 and planner.costs.ar(None) == pytest.approx(1.5 * cost.ar_step)
+    assert plain == list(range(WARMUP, WARMUP + first_probe)) + list(range(second, second + first_probe))
+    assert planner.costs.ar_seen == 2 * C_T_FIRST and planner.costs.ar(None) == pytest.approx(1.5 * cost.ar_step)
 
 
 @pytest.mark.parametrize("realise", [False, True])
