@@ -9,8 +9,9 @@ ValuSpec's gate; acceptance and tree growth are estimated in `specdec.estimates`
   relative to the verify stage's level of its moment and c_T carried to the current level: c_T is measured
   only in plain steps, a few every 64 drafting steps while drafting pays, and a window spanning a whole run
   lagged the machine's speed by up to 50%; it stays continuous when drafting resumes after plain steps
-  (`OnlineCosts._observe_level`). A c_T probe's few plain steps that disagree with it by over C_T_RESET
-  restart the window (`OnlineCosts.measure_ar`): the level can lag a change of the machine's speed.
+  (`OnlineCosts._observe_level`). A c_T probe's few plain steps, or a call's first ones, that disagree with
+  it by over C_T_RESET restart the window (`OnlineCosts.measure_ar`): the level can lag a change of the
+  machine's speed, and calls differ in speed beyond what the context scaling says.
 - The verify stage per width: one multiplicative correction per width up to FINE and per power-of-two
   bucket beyond, shrunk toward a common level (level and shape). A tree planner's widths differ by a few
   nodes, and one correction for widths 8-15 kept the profile's shape there: a batch-1 CPU profile flat
@@ -80,7 +81,9 @@ class OnlineCosts:
         # steps ran 9-10, and as a member it held c_T at 30 ms through 64 drafting steps)
         self._ar_window: deque[float] = deque(maxlen=C_T_WINDOW)
         self._ar_ratio = 1.0  # the window's median
-        self._measuring: tuple[int, list[float]] | None = None  # a c_T probe's warm readings (`measure_ar`)
+        # a measurement of c_T (`measure_ar`): its size, c_T's ratio at its first reading (None: there was no
+        # c_T yet) and its readings (None until the first)
+        self._measuring: tuple[int, float | None, list[float] | None] | None = None
         self._since_level = 0  # plain steps since the verify level last moved
         self._anchoring = False  # the level is learned afresh after plain steps and dates c_T meanwhile
         self.verify_level, self.verify_ratio, self.verify_seen = 1.0, np.ones(BUCKETS), np.zeros(BUCKETS)
@@ -202,30 +205,32 @@ class OnlineCosts:
         if warm and self.online:  # the one-node verification is priced by c_T: no correction table to refresh
             unit = self.model.ar_step * self.verify_level * self.model.context_factor(context)
             reading = step.seconds / unit
-            before = self._ar_ratio if self._ar_window else None
+            if self._measuring is not None and self._measuring[2] is None:  # c_T as the measurement found it
+                self._measuring = (self._measuring[0], self._ar_ratio if self._ar_window else None, [])
             self._ar_window.append(reading)
             self._ar_ratio = statistics.median(self._ar_window)
             self.ar_seen += 1
             if self._measuring is not None:
-                count, readings = self._measuring
+                count, reference, readings = self._measuring
                 readings.append(reading)
                 if len(readings) >= count:
                     self._measuring = None
                     fresh = statistics.median(readings)
-                    if before is not None and abs(math.log(fresh / before)) > math.log1p(C_T_RESET):
+                    if reference is not None and abs(math.log(fresh / reference)) > math.log1p(C_T_RESET):
                         self._ar_window = deque(readings, maxlen=C_T_WINDOW)
                         self._ar_ratio = fresh
 
     def measure_ar(self, count: int = C_T_FIRST) -> None:
         """The next `count` warm plain steps are one measurement of c_T (a planner's c_T probe while drafting
-        pays). Their readings join the window like any plain step's; if their median is further than
-        C_T_RESET from c_T as it stood, the window restarts from them. Between probes the verify level
-        carries c_T, and it can lag the machine: it is learned afresh over the first 1 / LEVEL_WEIGHT steps of
-        a drafting stretch, holding c_T as measured meanwhile. On the 2-core CPU at Spec-Bench batch 4 a stretch
-        resumed after plain steps at 30 ms, the machine then ran them at 18, and a probe's one warm step at
-        18 ms moved a median of 31 members not at all: c_T stayed at 30 ms and drafting, priced at 1.6x
-        a plain step, ran 0.78-0.96x AR over whole calls (bench/results/2026-12-05-cpu-smart-e53d847/)."""
-        self._measuring = (max(int(count), 1), [])
+        pays, and the first plain steps of each call). Their readings join the window like any plain step's;
+        if their median is further than C_T_RESET from c_T as it stood, the window restarts from them.
+        Between probes the verify level carries c_T, and it can lag the machine: it is learned afresh over
+        the first 1 / LEVEL_WEIGHT steps of a drafting stretch, holding c_T as measured meanwhile. On the
+        2-core CPU at Spec-Bench batch 4 a stretch resumed after plain steps at 30 ms, the machine then ran
+        them at 18, and a probe's one warm step at 18 ms moved a median of 31 members not at all: c_T stayed
+        at 30 ms and drafting, priced at 1.6x a plain step, ran 0.78-0.96x AR over whole calls
+        (bench/results/2026-12-05-cpu-smart-e53d847/)."""
+        self._measuring = (max(int(count), 1), None, None)
 
     def observe_draft(self, step: StepRecord, facts: TreeFacts, context: float | None, host: bool,
                       steady: bool = True) -> None:

@@ -172,6 +172,11 @@ class StepPlanner:
             state.spread = self._predicted_spread(cost.batch_size)
         self.state = state
         self.stats = PlanStats()
+        # c_T carried from the last call can be far from this one's: calls differ in speed beyond what the
+        # context scaling says (Spec-Bench batch 4 on the 2-core CPU: 15-17 ms a plain step for one batch,
+        # 19-21 for the others), and a window of C_T_WINDOW members took half a call to follow, pricing
+        # drafting up to 35% too well. Its first warm plain steps are one measurement (`measure_ar`).
+        state.costs.measure_ar(C_T_FIRST)
 
     def _predicted_spread(self, batch_size: int) -> float:
         """The spread of a batch size not measured yet, from the batch sizes that were and a prior.

@@ -181,6 +181,30 @@ def test_a_planner_that_always_drafts_re_measures_c_t_with_a_few_plain_steps():
     assert planner.costs.ar_seen == 2 * C_T_FIRST and planner.costs.ar(None) == pytest.approx(1.5 * cost.ar_step)
 
 
+def test_each_call_measures_c_t_afresh_when_it_runs_at_another_speed():
+    """c_T is a window of C_T_WINDOW plain steps carried from call to call; a call whose plain steps run at
+    another speed than the last one's (Spec-Bench batch 4 on the 2-core CPU: 15-17 ms for one batch, 19-21
+    for the others) has its first C_T_FIRST warm steps restart it, where the window took half a call to
+    follow. A call at the same speed leaves the window as it was."""
+    cost = knee_cost(6, 1e-3)
+    planner = StepPlanner(MAX_DEPTH, probe_every=1000)
+    planner.depths = FixedDepths(0.05)  # drafting never pays: plain steps throughout
+
+    def call(seconds: float, steps: int) -> None:
+        planner.start(cost)
+        for _ in range(steps):
+            assert planner.plan(backlog=1).depth == 0
+            planner.record(step_record(1, seconds), None)
+        planner.report()
+
+    call(cost.ar_step, 40)
+    assert planner.costs.ar(None) == pytest.approx(cost.ar_step)
+    call(1.1 * cost.ar_step, WARM_AFTER + C_T_FIRST)  # within C_T_RESET: members of the window, c_T as it was
+    assert planner.costs.ar(None) == pytest.approx(cost.ar_step)
+    call(0.6 * cost.ar_step, WARM_AFTER + C_T_FIRST)  # faster: c_T is this call's after its first warm steps
+    assert planner.costs.ar(None) == pytest.approx(0.6 * cost.ar_step)
+
+
 @pytest.mark.parametrize("realise", [False, True])
 def test_drafting_that_realises_less_than_planned_turns_plain(realise):
     """Drafting steps that each take twice their planned seconds for half their planned tokens: with the
