@@ -26,12 +26,14 @@ else
   read -r -a BATCHES <<< "${EAGLE_BATCHES:-1 4 8 16}"; PROMPTS=${EAGLE_PROMPTS:-16}; TOKENS=64; ROUNDS=${EAGLE_ROUNDS:-3}
   read -r -a SETS <<< "${EAGLE_SETS:-humaneval spec_bench}"
 fi
+# EAGLE_SMART_VARIANTS: EAGLE-3 + SMART runs beside the default (`specdec bench --smart-variants`), e.g. alpha=1.
+read -r -a VARIANTS <<< "default ${EAGLE_SMART_VARIANTS:-}"
 # The draft's tree is the demo's (depth 4, top-2, 10 nodes; chain depth 4). EAGLE trees: depth:topk:nodes.
 for SET in "${SETS[@]}"; do
   "${SPECDEC[@]}" bench --prompt-sets "$SET" --methods ar chain tree eagle eagle-chain eagle-smart --control \
     --depth 4 --topk 2 --total-tokens 10 \
     --eagle-shapes 4:2:8 5:2:10 5:4:12 6:4:16 8:4:24 --eagle-chain-depths 4 6 \
-    --valuspec-methods eagle-6x4x16 --calibration-size 8 \
+    --valuspec-methods eagle-6x4x16 --calibration-size 8 --smart-variants "${VARIANTS[@]}" \
     --batch-sizes "${BATCHES[@]}" --num-prompts "$PROMPTS" --max-new-tokens "$TOKENS" \
     --repeats "$ROUNDS" --device "$DEVICE" --out "$OUT"
 done
