@@ -10,8 +10,9 @@ with L(D) from `specdec.estimates` (measured acceptance and tree growth by depth
 drafting, half of it to go on: hysteresis). A longer catch-up after plain steps is paid once when drafting
 resumes: the decision amortises what it exceeds the usual one by over `RESUME_HORIZON` steps. Every
 `probe_every` steps a probe keeps the estimates fresh: while plain decoding pays, a drafting step at the
-best cap (is drafting paying again? each probe that says no doubles the interval, up to `BACKOFF` times;
-a probe whose draft is cold in the call, and so pays its whole prompt prefill, waits the longest interval);
+best cap (is drafting paying again? each probe that says no doubles the interval, up to `BACKOFF` times,
+or `BACKOFF_FAR` times while the plans put drafting more than `FAR` below plain decoding; a probe whose
+draft is cold in the call, and so pays its whole prompt prefill, waits at least `BACKOFF` intervals);
 while drafting pays, one at D* + 2 (how far deeper trees go). The first `WARMUP` drafting steps of a
 planner are probes with the deepest cap, to calibrate it, unless the draft is cold and its prompt costly
 while plain decoding is predicted to win (then probes come only when due). When drafting could not pay
@@ -46,6 +47,11 @@ WARMUP = 8  # the first drafting steps of a planner are probes with the deepest 
 WARMUP_EVIDENCE = 2  # warm-up probes after which the rest wait while plain decoding is predicted to win by
 # the margin (then probes come when due, at the best cap)
 BACKOFF = 8  # while plain decoding keeps paying, the probe interval doubles up to this many times
+BACKOFF_FAR = 32  # ... up to this many times while the plans put drafting more than FAR below plain decoding:
+FAR = 0.1  # a probe costs 4-8 AR steps where drafting loses (at Spec-Bench batch 8 on the 2-core CPU, 2-3%
+# of plain decoding at 256 steps between probes); one whose plan is near paying keeps the shorter interval,
+# since there a planner that turned plain on an unlucky stretch must soon find drafting paying again
+# (bench/results/2026-12-05-cpu-smart-c337dfc/: a longest interval of 32 for every probe cost HumanEval batch 1 6%)
 WARM_AFTER = 2  # plain steps in a row before one counts for c_T (the first after drafting run cold)
 REPLAN_EVERY = 8  # while plain decoding pays, the full plan runs every 8 steps (0.1-0.4 ms saved on the others)
 RESUME_HORIZON = 8  # steps over which a longer catch-up after plain steps is amortised when deciding
@@ -55,7 +61,7 @@ SPREAD_MIN_STEPS = 4  # drafting steps a call needs before its spread counts
 SPREAD_DEVIATION = 0.2  # the per-row deviation a batch size's spread is predicted from before any is measured,
 SPREAD_PRIOR_CALLS = 1.0  # counted as this many calls (the demo pair measured 0.15-0.31: docs/smart.md)
 C_T_EVERY = 64  # drafting steps in a row before a few plain ones re-measure c_T (the first after WARMUP)
-COLD_PROBE = 4  # a cold draft's probe waits the longest interval only if its catch-up costs more AR steps than this
+COLD_PROBE = 4  # a cold draft's probe waits BACKOFF intervals or more only if its catch-up costs more AR steps
 
 
 @dataclass(frozen=True)
@@ -240,13 +246,14 @@ class StepPlanner:
             self._plan = Plan(0, 1.0, self.costs.ar(context), probe=True)
             return self._plan
         state.since_probe += 1
-        # A cold draft's probe pays its whole prompt prefill: while plain decoding pays, it waits the longest
-        # interval (without any, a planner that turned plain would never draft again: every call starts cold),
-        # when that costs more than a few plain steps. A cheap one (the EAGLE head over a batch-1 prompt: one
-        # layer) keeps the usual interval: waiting longest there kept a planner that had turned plain on an
-        # unlucky stretch from probing again in the next calls, at 1.08x AR where the head's trees ran 1.5x.
+        # A cold draft's probe pays its whole prompt prefill: while plain decoding pays, it waits at least
+        # BACKOFF intervals (without any, a planner that turned plain would never draft again: every call
+        # starts cold), when that costs more than a few plain steps. A cheap one (the EAGLE head over a
+        # batch-1 prompt: one layer) keeps the usual interval: waiting longest there kept a planner that had
+        # turned plain on an unlucky stretch from probing again in the next calls, at 1.08x AR where the
+        # head's trees ran 1.5x.
         cold = cold and self.costs.catch_up(backlog) > COLD_PROBE * self.costs.ar(context)
-        probe_due = state.since_probe >= self.probe_every * (BACKOFF if cold else state.backoff)
+        probe_due = state.since_probe >= self.probe_every * (max(BACKOFF, state.backoff) if cold else state.backoff)
         if not state.drafting and state.quiet > 0 and not probe_due:
             state.quiet -= 1  # plain decoding pays and nothing but c_T moved: no need to weigh it again yet
             self._plan = Plan(0, 1.0, self.costs.ar(context))
@@ -262,6 +269,8 @@ class StepPlanner:
         gain = rate[best] * seconds[0] * state.realised * state.spread
         state.drafting = 0 not in self.choices or gain > 1 + (self.margin / 2 if state.drafting else self.margin)
         state.quiet = REPLAN_EVERY - 1
+        longest = BACKOFF_FAR if gain < 1 - FAR else BACKOFF
+        state.backoff = min(state.backoff, longest)  # drafting came near paying: probe at the shorter interval
         deepest, warmup = self.choices[-1], False
         if not state.drafting and self._hopeless(context):
             depth, probe = 0, False  # not even every candidate accepted would pay: no probe either
@@ -276,7 +285,7 @@ class StepPlanner:
             # Plain decoding pays: is a tree of the best depth paying again? (Each such probe that finds no
             # drafting worth it doubles the interval to the next.) Drafting pays: how far deeper trees go.
             state.since_probe = 0
-            state.backoff = 1 if state.drafting else min(2 * state.backoff, BACKOFF)
+            state.backoff = 1 if state.drafting else min(2 * state.backoff, longest)
             depth, probe = (min(best + 2, deepest) if state.drafting else best), True
             if not state.drafting:  # weigh the probe's evidence at the next step, not after the quiet ones
                 state.quiet = 0

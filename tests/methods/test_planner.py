@@ -12,8 +12,8 @@ import pytest
 from specdec.cost import CostModel, Curve
 from specdec.estimates import Estimates
 from specdec.online_costs import C_T_FIRST, OnlineCosts
-from specdec.planner import (BACKOFF, C_T_EVERY, COLD_PROBE, MARGIN, REPLAN_EVERY, WARM_AFTER, WARMUP, WARMUP_EVIDENCE,
-                             StepPlanner, StepRecord, TreeFacts)
+from specdec.planner import (BACKOFF, BACKOFF_FAR, C_T_EVERY, COLD_PROBE, FAR, MARGIN, REPLAN_EVERY, WARM_AFTER, WARMUP,
+                             WARMUP_EVIDENCE, StepPlanner, StepRecord, TreeFacts)
 from tests.helpers import make_cost, step_record
 
 MAX_DEPTH = 7
@@ -146,6 +146,35 @@ def test_a_probe_from_plain_decoding_is_weighed_at_the_next_step():
     planner.depths = FixedDepths(0.9)  # what the probe found: drafting pays again
     plan = planner.plan()
     assert plan.depth > 0 and not plan.probe and planner.state.drafting
+
+
+
+def probe_gaps(planner: StepPlanner, steps: int) -> tuple[list[int], float]:
+    """Plain steps between the drafting probes of `steps` plans, and the best gain a full plan weighed."""
+    plans = [planner.plan() for _ in range(steps)]
+    probes = [i for i, p in enumerate(plans) if p.probe and p.depth]
+    return np.diff(probes).tolist(), max(p.gain for p in plans)
+
+
+def test_probes_back_off_longest_while_drafting_is_far_from_paying():
+    """While plain decoding pays, each probe that finds no gain doubles the interval to the next: up to
+    BACKOFF times `probe_every` when the plans put drafting near paying, up to BACKOFF_FAR times when they
+    put it more than FAR below plain decoding (a probe there costs several AR steps and has little to find);
+    a far planner whose plans come near paying again goes back to the shorter interval."""
+    every = 2
+    near, far = StepPlanner(MAX_DEPTH, online=False, probe_every=every), StepPlanner(MAX_DEPTH, online=False,
+                                                                                     probe_every=every)
+    for planner, rate in ((near, 0.4), (far, 0.1)):
+        planner.start(knee_cost(6, 1e-3))
+        planner.depths = FixedDepths(rate)
+    steps = 4 * every * BACKOFF_FAR
+    (near_gaps, near_gain), (far_gaps, far_gain) = probe_gaps(near, steps), probe_gaps(far, steps)
+    assert 1 - FAR <= near_gain < 1 + MARGIN and 0 < far_gain < 1 - FAR  # both decode plainly
+    assert max(near_gaps) == every * BACKOFF and near_gaps[-3:] == [every * BACKOFF] * 3
+    assert max(far_gaps) == every * BACKOFF_FAR and far_gaps[-2:] == [every * BACKOFF_FAR] * 2
+    assert far_gaps[:3] == near_gaps[:3] == [2 * every, 4 * every, 8 * every]  # the same doubling up to there
+    far.depths = FixedDepths(0.4)  # drafting comes near paying: the next full plan shortens the interval
+    assert max(probe_gaps(far, steps)[0][1:]) == every * BACKOFF
 
 
 class RecordingDepths(FixedDepths):
