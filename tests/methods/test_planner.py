@@ -148,7 +148,6 @@ def test_a_probe_from_plain_decoding_is_weighed_at_the_next_step():
     assert plan.depth > 0 and not plan.probe and planner.state.drafting
 
 
-
 def probe_gaps(planner: StepPlanner, steps: int) -> tuple[list[int], float]:
     """Plain steps between the drafting probes of `steps` plans, and the best gain a full plan weighed."""
     plans = [planner.plan() for _ in range(steps)]
