@@ -16,6 +16,14 @@ the resume amortisation in); L and C are the planner's predictions (`StepPlanner
 planner takes without weighing a plan (plain ones between REPLAN_EVERY plans, c_T probes) print only their
 `step` line. The stage
 times are the loop's timers: on a GPU they are host time between the loop's syncs.
+
+    python bench/plan_trace.py --out trace.txt --bench -- --prompt-sets humaneval --batch-sizes 4 ...
+
+traces every planner inside a whole `specdec bench` run instead (the arguments after --bench are the
+bench's): the lines carry the planner's number (p0, p1, ... in the order the runs built them), and each
+`generate` call adds a line as it starts:
+
+    call  batch drafting backoff since_probe realised spread cT_ms
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ REFERENCE = {"eagle-smart": ("eagle-chain", dict(eagle_shape=(4, 1, 4))),
              "smart": ("tree", dict(depth=4, topk=2, total_tokens=10))}
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--method", choices=sorted(REFERENCE), default="eagle-smart")
     ap.add_argument("--batch", type=int, default=1)
@@ -47,7 +55,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--out", type=Path, default=None, help="write the trace here (stdout then gets the summary)")
-    args = ap.parse_args(argv)
+    ap.add_argument("--bench", action="store_true",
+                    help="trace a whole `specdec bench` run with the arguments after `--`")
+    argv = sys.argv[1:] if argv is None else argv
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = ap.parse_args(argv[:split])
+    if args.bench:
+        return trace_bench(argv[split + 1:], args.out)
 
     tok = load_tokenizer("demo-target", "--target")
     target = load_model("demo-target", dtype="float32", device=args.device, what="--target")
@@ -59,27 +73,7 @@ def main(argv: list[str] | None = None) -> None:
                           args.max_new_tokens)
 
     log: list[list] = []
-    orig_plan, orig_record = StepPlanner.plan, StepPlanner.record
-
-    def plan(self, backlog=1, context=None, cold=False):
-        p = orig_plan(self, backlog, context, cold)
-        if p.gain == 0:
-            return p  # nothing was weighed (a quiet plain step, a c_T probe): no full plan to print
-        s, c = self.state, self.costs
-        length, seconds = self.predict(backlog, context)
-        best = max((d for d in self.choices if d > 0), key=lambda d: length[d] / seconds[d])
-        log.append(["plan", p.depth, int(p.probe), int(p.warmup), int(s.drafting), "|", best,
-                    round(float(length[best]), 2), round(float(seconds[best]) * 1e3, 2), round(p.gain, 3),
-                    round(s.realised, 3), round(s.spread, 3), int(cold), backlog, round(c.ar(context) * 1e3, 2),
-                    s.backoff, "|", *np.round(length, 2).tolist(), "|", *np.round(seconds * 1e3, 2).tolist()])
-        return p
-
-    def record(self, step, facts):
-        orig_record(self, step, facts)
-        log.append(["step", round(step.seconds * 1e3, 2), round(step.propose * 1e3, 2), round(step.verify * 1e3, 2),
-                    round((step.filter + step.commit) * 1e3, 2), round(float(np.mean(step.accepted)), 2), step.width])
-
-    StepPlanner.plan, StepPlanner.record = plan, record
+    install(log)
     name, shape = REFERENCE[args.method]
     runs = [harness.Run("ar", harness.make_supplier("ar", None)),
             harness.Run(name, harness.make_supplier(name, draft, eagle=head, **shape)),
@@ -102,7 +96,66 @@ def main(argv: list[str] | None = None) -> None:
     if args.out is not None:
         args.out.write_text(text)
     sys.stdout.write(text if args.out is None else "\n".join(lines[:4]) + "\n")
+    return 0
+
+
+def install(log: list[list], tagged: bool = False) -> None:
+    """Patch StepPlanner so every full plan, step and (tagged) call start appends a line to `log`; tagged:
+    each line starts with the planner's number in the order planners were built."""
+    orig_init, orig_plan, orig_record, orig_start = (StepPlanner.__init__, StepPlanner.plan, StepPlanner.record,
+                                                     StepPlanner.start)
+    names: dict[int, str] = {}
+
+    def tag(self) -> list:
+        return [names[id(self)]] if tagged else []
+
+    def init(self, *a, **k):
+        orig_init(self, *a, **k)
+        names[id(self)] = f"p{len(names)}"
+
+    def start(self, cost):
+        orig_start(self, cost)
+        s = self.state
+        if tagged:
+            log.append([*tag(self), "call", cost.batch_size, int(s.drafting), s.backoff, s.since_probe,
+                        round(s.realised, 3), round(s.spread, 3), round(self.costs.ar(None) * 1e3, 2)])
+
+    def plan(self, backlog=1, context=None, cold=False):
+        p = orig_plan(self, backlog, context, cold)
+        if p.gain == 0:
+            return p  # nothing was weighed (a quiet plain step, a c_T probe): no full plan to print
+        s, c = self.state, self.costs
+        length, seconds = self.predict(backlog, context)
+        best = max((d for d in self.choices if d > 0), key=lambda d: length[d] / seconds[d])
+        log.append([*tag(self), "plan", p.depth, int(p.probe), int(p.warmup), int(s.drafting), "|", best,
+                    round(float(length[best]), 2), round(float(seconds[best]) * 1e3, 2), round(p.gain, 3),
+                    round(s.realised, 3), round(s.spread, 3), int(cold), backlog, round(c.ar(context) * 1e3, 2),
+                    s.backoff, "|", *np.round(length, 2).tolist(), "|", *np.round(seconds * 1e3, 2).tolist()])
+        return p
+
+    def record(self, step, facts):
+        orig_record(self, step, facts)
+        log.append([*tag(self), "step", round(step.seconds * 1e3, 2), round(step.propose * 1e3, 2),
+                    round(step.verify * 1e3, 2), round((step.filter + step.commit) * 1e3, 2),
+                    round(float(np.mean(step.accepted)), 2), step.width])
+
+    StepPlanner.__init__, StepPlanner.plan, StepPlanner.record, StepPlanner.start = init, plan, record, start
+
+
+def trace_bench(bench_args: list[str], out: Path | None) -> int:
+    """Run `specdec bench` with `bench_args` under the trace; write the trace to `out` (or stdout)."""
+    from specdec.app import cli
+
+    log: list[list] = []
+    install(log, tagged=True)
+    status = cli.main(["bench", *bench_args])
+    text = "".join(" ".join(map(str, e)) + "\n" for e in log)
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        out.write_text(text)
+    return status
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
