@@ -9,10 +9,12 @@ with L(D) from `specdec.estimates` (measured acceptance and tree growth by depth
 `specdec.online_costs` (the step cost model corrected by the loop's timers), and drafts only when R(D*) beats 1 by a margin (`MARGIN` to start
 drafting, half of it to go on: hysteresis). A longer catch-up after plain steps is paid once when drafting
 resumes: the decision amortises what it exceeds the usual one by over `RESUME_HORIZON` steps. Every
-`probe_every` steps a probe keeps the estimates fresh: while plain decoding pays, a drafting step at the
-best cap (is drafting paying again? each probe that says no doubles the interval, up to `BACKOFF` times,
-or `BACKOFF_FAR` times while the plans put drafting more than `FAR` below plain decoding; a probe whose
-draft is cold in the call, and so pays its whole prompt prefill, waits at least `BACKOFF` intervals);
+`probe_every` steps a probe keeps the estimates fresh: while plain decoding pays, `PROBE_STEPS` drafting
+steps at the best cap, weighed by a full plan right after them (is drafting paying again? its steps after
+the first are steady and move the realised rate; each probe that says no doubles the interval, up to
+`BACKOFF` times, or `BACKOFF_FAR` times while the last probe's steady steps measured drafting more than
+`FAR` below plain decoding; a probe whose draft is cold in the call, and so pays its whole prompt
+prefill, waits at least `BACKOFF` intervals);
 while drafting pays, one at D* + 2 (how far deeper trees go). The first `WARMUP` drafting steps of a
 planner are probes with the deepest cap, to calibrate it, unless the draft is cold and its prompt costly
 while plain decoding is predicted to win (then probes come only when due). When drafting could not pay
@@ -47,11 +49,18 @@ WARMUP = 8  # the first drafting steps of a planner are probes with the deepest 
 WARMUP_EVIDENCE = 2  # warm-up probes after which the rest wait while plain decoding is predicted to win by
 # the margin (then probes come when due, at the best cap)
 BACKOFF = 8  # while plain decoding keeps paying, the probe interval doubles up to this many times
-BACKOFF_FAR = 32  # ... up to this many times while the plans put drafting more than FAR below plain decoding:
+BACKOFF_FAR = 32  # ... up to this many times while the last probe measured drafting more than FAR below plain:
 FAR = 0.1  # a probe costs 4-8 AR steps where drafting loses (at Spec-Bench batch 8 on the 2-core CPU, 2-3%
-# of plain decoding at 256 steps between probes); one whose plan is near paying keeps the shorter interval,
-# since there a planner that turned plain on an unlucky stretch must soon find drafting paying again
-# (bench/results/2026-12-05-cpu-smart-c337dfc/: a longest interval of 32 for every probe cost HumanEval batch 1 6%)
+# of plain decoding at 256 steps between probes); one that measured drafting near paying keeps the shorter
+# interval, since there a planner that turned plain on an unlucky stretch must soon find drafting paying again
+# (bench/results/2026-12-05-cpu-smart-c337dfc/: a longest interval of 32 for every probe cost HumanEval batch 1
+# 6%). Measured, not predicted: the plans of a planner decoding plainly price its cold catch-ups and carry no
+# fresh acceptance, and at HumanEval batch 1 they put drafting at 0.75-0.85x where it ran 1.08x
+# (bench/results/2026-12-06-cpu-smart-probes/)
+PROBE_STEPS = 4  # drafting steps in a probe from plain decoding: the first resumes (its long catch-up is the
+# catch-up's estimate), the rest are steady and say what drafting realises now. One step measured nothing
+# the realised rate could use, and a planner that had turned plain on a hard prompt stayed plain on the
+# prompts after it (the same HumanEval batch 1 run: 2 drafting steps in 32 calls)
 WARM_AFTER = 2  # plain steps in a row before one counts for c_T (the first after drafting run cold)
 REPLAN_EVERY = 8  # while plain decoding pays, the full plan runs every 8 steps (0.1-0.4 ms saved on the others)
 RESUME_HORIZON = 8  # steps over which a longer catch-up after plain steps is amortised when deciding
@@ -94,6 +103,9 @@ class _BatchState:
     realised_prior: tuple[float, float] = (0.0, 0.0)  # the last drafting plan's L and C: a pseudo-step at 1
     drafted_run: int = 0  # drafting steps since the last plain step
     c_t_probe: int = 0  # plain steps left in a c_T probe
+    probe_left: int = 0  # drafting steps left in a probe from plain decoding (PROBE_STEPS in all)
+    probe_sums: tuple[float, float] = (0.0, 0.0)  # that probe's steady steps: tokens per row, seconds
+    far: bool = False  # the last probe measured drafting more than FAR below plain decoding
     spread: float = 1.0  # drafting steps' batch progress over their rows' mean accepted length (`_finish_call`)
     spread_calls: int = 0  # calls that measured it
 
@@ -177,6 +189,7 @@ class StepPlanner:
         if not state.spread_calls:  # not measured at this batch size yet: what the others predict for it
             state.spread = self._predicted_spread(cost.batch_size)
         self.state = state
+        state.probe_left = 0  # a probe does not run on into a new call's cold draft
         self.stats = PlanStats()
         # c_T carried from the last call can be far from this one's: calls differ in speed beyond what the
         # context scaling says (Spec-Bench batch 4 on the 2-core CPU: 15-17 ms a plain step for one batch,
@@ -245,6 +258,12 @@ class StepPlanner:
             state.c_t_probe -= 1
             self._plan = Plan(0, 1.0, self.costs.ar(context), probe=True)
             return self._plan
+        if state.probe_left > 0 and not state.drafting:  # a probe's later steps: drafting at the best cap
+            state.probe_left -= 1
+            length, seconds = self.predict(backlog, context)
+            best = max((d for d in self.choices if d > 0), key=lambda d: length[d] / seconds[d])
+            self._plan = Plan(best, float(length[best]), float(seconds[best]), probe=True)
+            return self._plan
         state.since_probe += 1
         # A cold draft's probe pays its whole prompt prefill: while plain decoding pays, it waits at least
         # BACKOFF intervals (without any, a planner that turned plain would never draft again: every call
@@ -269,7 +288,11 @@ class StepPlanner:
         gain = rate[best] * seconds[0] * state.realised * state.spread
         state.drafting = 0 not in self.choices or gain > 1 + (self.margin / 2 if state.drafting else self.margin)
         state.quiet = REPLAN_EVERY - 1
-        longest = BACKOFF_FAR if gain < 1 - FAR else BACKOFF
+        tokens, spent = state.probe_sums
+        if spent > 0:  # a probe just ended: how far from paying its steady steps measured drafting
+            state.far = tokens / spent * self.costs.ar(context) * state.spread < 1 - FAR
+            state.probe_sums = (0.0, 0.0)
+        longest = BACKOFF_FAR if state.far else BACKOFF
         state.backoff = min(state.backoff, longest)  # drafting came near paying: probe at the shorter interval
         deepest, warmup = self.choices[-1], False
         if not state.drafting and self._hopeless(context):
@@ -287,8 +310,8 @@ class StepPlanner:
             state.since_probe = 0
             state.backoff = 1 if state.drafting else min(2 * state.backoff, longest)
             depth, probe = (min(best + 2, deepest) if state.drafting else best), True
-            if not state.drafting:  # weigh the probe's evidence at the next step, not after the quiet ones
-                state.quiet = 0
+            if not state.drafting:  # weigh the probe's evidence right after it, not after the quiet steps
+                state.quiet, state.probe_left = 0, PROBE_STEPS - 1
         else:
             depth, probe = (best if state.drafting else 0), False
         if depth and not probe and 0 in self.choices and self.online and \
@@ -383,6 +406,9 @@ class StepPlanner:
             c.observe_draft(step, facts, self.context, self.host, steady=steady or self.host)
             self.stats.steps_drafted += 1
             self._realise(plan if steady and not plan.warmup else None, measured, step.seconds)
+            if plan.probe and steady and not self.state.drafting:
+                tokens, seconds = self.state.probe_sums
+                self.state.probe_sums = (tokens + measured, seconds + step.seconds)
         self._last_tokens = int(rows.max()) if rows.size else 1
         plain = facts is None or plan.depth == 0
         self.state.plain_run = self.state.plain_run + 1 if plain else 0
