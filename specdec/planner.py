@@ -10,8 +10,8 @@ with L(D) from `specdec.estimates` (measured acceptance and tree growth by depth
 drafting, half of it to go on: hysteresis). A longer catch-up after plain steps is paid once when drafting
 resumes: the decision amortises what it exceeds the usual one by over `RESUME_HORIZON` steps. Every
 `probe_every` steps a probe keeps the estimates fresh: while plain decoding pays, `PROBE_STEPS` drafting
-steps at the best cap, weighed by a full plan right after them (is drafting paying again? its steps after
-the first are steady and move the realised rate; each probe that says no doubles the interval, up to
+steps at the best cap, weighed by a full plan right after them with the half margin of drafting on (is
+drafting paying again? its steps after the first are steady and move the realised rate; each probe that says no doubles the interval, up to
 `BACKOFF` times, or `BACKOFF_FAR` times while the last probe's steady steps measured drafting more than
 `FAR` below plain decoding; a probe whose draft is cold in the call, and so pays its whole prompt
 prefill, waits at least `BACKOFF` intervals);
@@ -106,6 +106,7 @@ class _BatchState:
     probe_left: int = 0  # drafting steps left in a probe from plain decoding (PROBE_STEPS in all)
     probe_sums: tuple[float, float] = (0.0, 0.0)  # that probe's steady steps: tokens per row, seconds
     far: bool = False  # the last probe measured drafting more than FAR below plain decoding
+    probe_ended: bool = False  # the last step was a probe's last: the draft is caught up
     spread: float = 1.0  # drafting steps' batch progress over their rows' mean accepted length (`_finish_call`)
     spread_calls: int = 0  # calls that measured it
 
@@ -189,7 +190,7 @@ class StepPlanner:
         if not state.spread_calls:  # not measured at this batch size yet: what the others predict for it
             state.spread = self._predicted_spread(cost.batch_size)
         self.state = state
-        state.probe_left = 0  # a probe does not run on into a new call's cold draft
+        state.probe_left, state.probe_ended = 0, False  # a probe does not run on into a new call's cold draft
         self.stats = PlanStats()
         # c_T carried from the last call can be far from this one's: calls differ in speed beyond what the
         # context scaling says (Spec-Bench batch 4 on the 2-core CPU: 15-17 ms a plain step for one batch,
@@ -260,6 +261,7 @@ class StepPlanner:
             return self._plan
         if state.probe_left > 0 and not state.drafting:  # a probe's later steps: drafting at the best cap
             state.probe_left -= 1
+            state.probe_ended = state.probe_left == 0
             length, seconds = self.predict(backlog, context)
             best = max((d for d in self.choices if d > 0), key=lambda d: length[d] / seconds[d])
             self._plan = Plan(best, float(length[best]), float(seconds[best]), probe=True)
@@ -286,7 +288,11 @@ class StepPlanner:
         rate = length / decide
         best = max((d for d in self.choices if d > 0), key=rate.__getitem__)
         gain = rate[best] * seconds[0] * state.realised * state.spread
-        state.drafting = 0 not in self.choices or gain > 1 + (self.margin / 2 if state.drafting else self.margin)
+        # to go on drafting, half the margin; so too right after a probe, whose steps paid the resume's
+        # catch-up already: drafting on from there costs what drafting on costs
+        going_on = state.drafting or state.probe_ended
+        state.probe_ended = False
+        state.drafting = 0 not in self.choices or gain > 1 + (self.margin / 2 if going_on else self.margin)
         state.quiet = REPLAN_EVERY - 1
         tokens, spent = state.probe_sums
         if spent > 0:  # a probe just ended: how far from paying its steady steps measured drafting

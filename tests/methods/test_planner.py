@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from specdec.cost import CostModel, Curve
-from specdec.estimates import Estimates
+from specdec.estimates import DepthStats, Estimates
 from specdec.online_costs import C_T_FIRST, OnlineCosts
 from specdec.planner import (BACKOFF, BACKOFF_FAR, C_T_EVERY, COLD_PROBE, FAR, MARGIN, PROBE_STEPS, REPLAN_EVERY,
                              WARM_AFTER, WARMUP, WARMUP_EVIDENCE, StepPlanner, StepRecord, TreeFacts)
@@ -480,3 +480,33 @@ def test_a_new_batch_size_starts_from_the_nearest_one_planned():
     fresh = StepPlanner(MAX_DEPTH, probe_every=1000)
     fresh.start(six)
     assert fresh.state.drafting and fresh.state.costs.ar_step == 5e-3
+
+
+def test_forwards_of_caps_never_drafted_decay_like_the_depths_measured():
+    """A layer's forward runs only after the one above it did: for caps deeper than any drafted, the chance
+    a forward runs falls by the last measured ratio between depths, not carried flat (flat, a planner that
+    drafted at caps up to 3 priced a cap-12 tree at 10 forwards where its trees stopped after 3 or 4)."""
+    stats = DepthStats(12)
+    for i in range(200):  # cap 3: depth 2's forward always runs, depth 3's half the time
+        forwards = 2 if i % 2 else 1
+        stats.record(TreeFacts(3, forwards, (2,) * forwards, (3,) * (forwards + 1), backlog=1), np.array([1]))
+    run = np.diff(stats.estimates().forwards)[1:]  # [d - 2]: the chance depth d's forward runs, d = 2 .. 12
+    assert run[0] == pytest.approx(1.0, abs=0.02) and run[1] == pytest.approx(0.5, abs=0.05)
+    ratio = run[1] / run[0]
+    assert run[2:] == pytest.approx(run[1] * ratio ** np.arange(1, len(run) - 1), rel=1e-9)  # depth 4 on: x0.5
+    assert stats.estimates().forwards[-1] < 2.6  # 1 + 0.5 + 0.25 + ...: about 2 forwards, not 10.5
+
+
+def test_after_a_probe_drafting_resumes_at_half_the_margin():
+    """A probe's steps paid the resume's catch-up: the plan right after it weighs drafting on, at half the
+    margin, while the plans between probes need the whole margin to start drafting."""
+    cost = knee_cost(6, 1e-3)
+    _, speedup = brute_force(cost, FixedDepths(0.7))
+    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=4, margin=1.5 * (speedup - 1))  # 1 + m/2 < R < 1 + m
+    planner.start(cost)
+    planner.depths = FixedDepths(0.7)
+    planner.state.drafting = False
+    plans = [planner.plan() for _ in range(3 + PROBE_STEPS)]
+    assert [p.depth > 0 for p in plans] == [False] * 3 + [True] * PROBE_STEPS and all(p.probe for p in plans[3:])
+    plan = planner.plan()
+    assert plan.depth > 0 and not plan.probe and planner.state.drafting
