@@ -13,7 +13,8 @@
   (the tree a cap D builds is the cap-D' tree cut at depth D, so a row that accepted a of them accepts
   min(a, D)): L(D) = 1 + sum_{d <= D} S(d); the same rate where depth-d nodes existed (what forwarding a
   layer yields); how often the forward of depth d ran and the tree's padded width. A depth never drafted
-  starts from the one above (pseudo-counts).
+  starts from the one above (pseudo-counts); so does the chance its forward runs, times the last measured
+  ratio of one depth's to the one above's (a layer runs only after the one above it did).
 - The costs (`OnlineCosts`) are in `specdec.online_costs`.
 
 Every count decays, so the estimates follow drift.
@@ -209,7 +210,7 @@ class DepthStats:
     def _estimate(self) -> Estimates:
         at_risk, survived, capped, ran, width_sum, built_risk, built_survived = (row.tolist() for row in self.table)
         length, rates, onward, forwards, width = [1.0], [1.0], [1.0], [0.0, 0.0], [1.0]
-        s, rate, on, run, last = 1.0, self.prior_rate, self.prior_rate, 1.0, 1.0
+        s, rate, on, run, ratio, last = 1.0, self.prior_rate, self.prior_rate, 1.0, 1.0, 1.0
         for d in range(1, self.max_depth + 1):
             rate = (survived[d] + PRIOR * rate) / (at_risk[d] + PRIOR)  # depths never drafted: the one above
             rates.append(rate)
@@ -218,7 +219,14 @@ class DepthStats:
             s *= rate
             length.append(length[-1] + s)
             if d >= 2:
-                run = (ran[d] + PRIOR * run) / (capped[d] + PRIOR)
+                # Depth d's forward runs only after depth d - 1's: a depth drafted rarely starts from the one
+                # above times the last ratio between depths, not from the one above. Carried flat, the
+                # forwards of caps deeper than any drafted lately grew by one a depth while the trees had
+                # stopped: on the demo pair at HumanEval batch 1 a planner drafting at caps 1-3 priced the
+                # cap-12 tree at 44 ms where it ran in 29 (bench/results/2026-12-06-cpu-smart-probes/)
+                below = run
+                run = (ran[d] + PRIOR * run * ratio) / (capped[d] + PRIOR)
+                ratio = min(run / below, 1.0) if below > 0 else ratio
                 forwards.append(forwards[-1] + run)
             last = width_sum[d] / capped[d] if capped[d] > 1e-3 else last
             width.append(last)
