@@ -11,10 +11,10 @@ drafting, half of it to go on: hysteresis). A longer catch-up after plain steps 
 resumes: the decision amortises what it exceeds the usual one by over `RESUME_HORIZON` steps. Every
 `probe_every` steps a probe keeps the estimates fresh: while plain decoding pays, `PROBE_STEPS` drafting
 steps at the best cap, weighed by a full plan right after them with the half margin of drafting on (is
-drafting paying again? its steps after the first are steady and move the realised rate; each probe that says no doubles the interval, up to
-`BACKOFF` times, or `BACKOFF_FAR` times while the last probe's steady steps measured drafting more than
-`FAR` below plain decoding; a probe whose draft is cold in the call, and so pays its whole prompt
-prefill, waits at least `BACKOFF` intervals);
+drafting paying again? its steps after the first are steady and move the realised rate; each probe that
+says no doubles the interval, up to `BACKOFF` times, or `BACKOFF_FAR` times while the last probe's steady
+steps measured drafting more than `FAR` below plain decoding; a probe whose draft is cold in the call, and
+so pays its whole prompt prefill, waits at least `BACKOFF` intervals);
 while drafting pays, one at D* + 2 (how far deeper trees go). The first `WARMUP` drafting steps of a
 planner are probes with the deepest cap, to calibrate it, unless the draft is cold and its prompt costly
 while plain decoding is predicted to win (then probes come only when due). When drafting could not pay
@@ -30,16 +30,14 @@ tested nodes for `Calibration`); the planner adds no sync.
 
 from __future__ import annotations
 
-import functools
-import math
 from dataclasses import dataclass
-from statistics import NormalDist
 
 import numpy as np
 
 from .cost import CostModel
 from .estimates import Calibration, DepthStats, TreeFacts, tested_nodes
 from .online_costs import C_T_FIRST, CLIP, OnlineCosts
+from .spread import CallTokens, fold, predicted
 from .stages import PlanStats, StepRecord
 
 __all__ = ["StepRecord", "TreeFacts", "Plan", "PlanStats", "StepPlanner", "MARGIN"]
@@ -65,10 +63,6 @@ WARM_AFTER = 2  # plain steps in a row before one counts for c_T (the first afte
 REPLAN_EVERY = 8  # while plain decoding pays, the full plan runs every 8 steps (0.1-0.4 ms saved on the others)
 RESUME_HORIZON = 8  # steps over which a longer catch-up after plain steps is amortised when deciding
 REALISED_WEIGHT = 0.03  # per step, drafting or plain, the decay of the realised-rate sums (~33 steps count)
-SPREAD_WEIGHT = 0.25  # weight of one call in the batch-spread correction, after the first few (a running mean)
-SPREAD_MIN_STEPS = 4  # drafting steps a call needs before its spread counts
-SPREAD_DEVIATION = 0.2  # the per-row deviation a batch size's spread is predicted from before any is measured,
-SPREAD_PRIOR_CALLS = 1.0  # counted as this many calls (the demo pair measured 0.15-0.31: docs/smart.md)
 C_T_EVERY = 64  # drafting steps in a row before a few plain ones re-measure c_T (the first after WARMUP)
 COLD_PROBE = 4  # a cold draft's probe waits BACKOFF intervals or more only if its catch-up costs more AR steps
 
@@ -107,7 +101,7 @@ class _BatchState:
     probe_sums: tuple[float, float] = (0.0, 0.0)  # that probe's steady steps: tokens per row, seconds
     far: bool = False  # the last probe measured drafting more than FAR below plain decoding
     probe_ended: bool = False  # the last step was a probe's last: the draft is caught up
-    spread: float = 1.0  # drafting steps' batch progress over their rows' mean accepted length (`_finish_call`)
+    spread: float = 1.0  # drafting steps' batch progress over their rows' mean accepted length (`spread.fold`)
     spread_calls: int = 0  # calls that measured it
 
     @property
@@ -116,36 +110,6 @@ class _BatchState:
         any drafting step."""
         (t, n, s, c), (p, q) = self.realised_sums, self.realised_prior
         return min(max(((t + p) / (n + p)) / ((s + q) / (c + q)), 0.25), 4.0) if p > 0 else 1.0
-
-
-@dataclass
-class _Call:
-    """One `generate` call's tokens, for the batch accounting: per row (over the counted steps), the sum of
-    each step's mean over its active rows, and that sum over the drafting steps alone."""
-
-    rows: np.ndarray | None = None
-    mean_tokens: float = 0.0
-    drafted_tokens: float = 0.0
-    drafted_steps: int = 0
-
-    def add(self, accepted: np.ndarray, active: np.ndarray | None, mean: float, drafted: bool) -> None:
-        if self.rows is None:
-            self.rows = np.zeros(accepted.size if active is None else len(active))
-        if active is None:
-            self.rows += accepted
-        else:
-            self.rows[np.asarray(active, dtype=bool)] += accepted
-        self.mean_tokens += mean
-        if drafted:
-            self.drafted_tokens += mean
-            self.drafted_steps += 1
-
-
-@functools.lru_cache(maxsize=None)
-def _slowest(batch_size: int) -> float:
-    """The expected maximum of `batch_size` independent standard normal draws (Blom's approximation, within
-    0.03 of the exact value: 0 at 1, 1.43 at 8, 1.77 at 16)."""
-    return NormalDist().inv_cdf((batch_size - 0.375) / (batch_size + 0.25))
 
 
 class StepPlanner:
@@ -170,7 +134,7 @@ class StepPlanner:
         self._plan: Plan | None = None
         self._pending: tuple[StepRecord, TreeFacts | None] | None = None
         self.context: float | None = None
-        self._call = _Call()
+        self._call = CallTokens()
         # the widest row's tokens in the call's previous counted step; before one, the most a drafting step
         # can emit (a longer catch-up then holds a cold draft's prompt)
         self._last_tokens = max_depth + 1
@@ -188,7 +152,8 @@ class StepPlanner:
         if state is None or state.costs.model is not cost:
             state = self._batches[cost.batch_size] = self._new_state(cost)
         if not state.spread_calls:  # not measured at this batch size yet: what the others predict for it
-            state.spread = self._predicted_spread(cost.batch_size)
+            measured = [(b, s.spread, s.spread_calls) for b, s in self._batches.items()]
+            state.spread = predicted(cost.batch_size, measured)
         self.state = state
         state.probe_left, state.probe_ended = 0, False  # a probe does not run on into a new call's cold draft
         self.stats = PlanStats()
@@ -197,31 +162,6 @@ class StepPlanner:
         # 19-21 for the others), and a window of C_T_WINDOW members took half a call to follow, pricing
         # drafting up to 35% too well. Its first warm plain steps are one measurement (`measure_ar`).
         state.costs.measure_ar(C_T_FIRST)
-
-    def _predicted_spread(self, batch_size: int) -> float:
-        """The spread of a batch size not measured yet, from the batch sizes that were and a prior.
-
-        The batch waits for its slowest row: its progress falls short of the rows' mean by about the expected
-        maximum of `batch_size` draws (`_slowest`) times a per-row deviation, whether that comes from the
-        per-step draws or from rows that differ (a prompt the draft reads well beside one it does not). Each
-        measured batch size b gives that deviation as (1 / spread_b - 1) / _slowest(b); their mean, weighted
-        by the calls that measured them, predicts 1 / (1 + deviation * _slowest(batch_size)). Assumed 1.0
-        instead, Spec-Bench's batch of 8 on the demo pair (the batch of 6 had measured 0.80) drafted a whole
-        call at 1.82 s against AR's 1.55, and then measured 0.78, what this predicts from 0.80 at 6
-        (bench/results/2026-12-03-cpu-eagle-2844686/diag/tr3_sb8.txt). With none measured the deviation
-        is the prior SPREAD_DEVIATION (SPREAD_PRIOR_CALLS calls' weight beside the measured ones): a planner
-        that first drafted at batch 16 assumed a spread of 1 and drafted a call at 0.83x AR until that call
-        measured 0.79 (the EAGLE head at HumanEval batch 16, bench/results/2026-12-03-cpu-eagle-ee9e9f4/diag/).
-        """
-        if batch_size < 2:
-            return 1.0
-        measured = [(b, s) for b, s in self._batches.items() if s.spread_calls and b > 1]
-        weight = SPREAD_PRIOR_CALLS + sum(s.spread_calls for _, s in measured)
-        if weight <= 0:  # no prior (SPREAD_PRIOR_CALLS = 0) and nothing measured
-            return 1.0
-        deviation = (SPREAD_PRIOR_CALLS * SPREAD_DEVIATION + sum(s.spread_calls * (1 / s.spread - 1) / _slowest(b)
-                                                                 for b, s in measured)) / weight
-        return 1 / (1 + deviation * _slowest(batch_size))
 
     def _new_state(self, cost: CostModel) -> _BatchState:
         """The state of a batch size met for the first time: from the nearest batch size already planned
@@ -436,36 +376,12 @@ class StepPlanner:
         return self.stats
 
     def _finish_call(self) -> None:
-        """Close the call's batch accounting and fold its spread into the batch size's.
-
-        A batch ends with its slowest row: the rows' mean accepted length overstates what a drafting step
-        moves the batch (the embedded EAGLE head's 4:2:8 trees at HumanEval batch 8 on the 2-core CPU: 4.4
-        tokens a step for the rows still decoding, 3.6 for the batch; the last 5 of 19 steps ran with 1-7 of
-        the 8 rows: bench/results/2026-12-02-cpu-batch-diagnostics/spread.txt). What the rows' per-step
-        means add up to beyond the most tokens any row got is tokens that moved no row the batch waited
-        for; charged to the call's drafting steps (plain steps move every row alike, and AR's rows all end
-        together), spread = their batch progress over their rows' mean, and the draft/plain decision scales
-        drafting's predicted gain by it. Batch 1: always 1.
-
-        A call that drafted too little to measure it ages the spread a call's weight toward 1, as plain steps
-        age the realised rate: else one reading (0.756 from EAGLE-3 + SMART's warm-up at HumanEval batch 4)
-        stands for as long as the planner decodes plainly (docs/smart.md, "The planner").
-        """
-        call, self._call = self._call, _Call()
+        """Close the call's batch accounting and fold its spread into the batch size's (`spread.fold`)."""
+        call, self._call = self._call, CallTokens()
         if call.rows is None:
             return
         self.stats.batch_tokens += float(call.rows.max())
-        if call.rows.size < 2:
-            return
-        state = self.state
-        if call.drafted_steps < SPREAD_MIN_STEPS:
-            state.spread = math.exp((1 - SPREAD_WEIGHT) * math.log(state.spread))
-            return
-        lost = max(call.mean_tokens - float(call.rows.max()), 0.0)
-        spread = min(max((call.drafted_tokens - lost) / call.drafted_tokens, 0.25), 1.0)
-        weight = max(1 / (state.spread_calls + 1), SPREAD_WEIGHT)
-        state.spread = math.exp((1 - weight) * math.log(state.spread) + weight * math.log(spread))
-        state.spread_calls += 1
+        self.state.spread, self.state.spread_calls = fold(self.state.spread, self.state.spread_calls, call)
 
     def observe_tree(self, tokens: np.ndarray, parents: np.ndarray, num_nodes: np.ndarray, edge: np.ndarray,
                      acc_tokens: np.ndarray, num_accepted: np.ndarray) -> None:

@@ -8,8 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from specdec.planner import (MARGIN, SPREAD_DEVIATION, SPREAD_PRIOR_CALLS, SPREAD_WEIGHT, StepPlanner, StepRecord,
-                             TreeFacts)
+from specdec.planner import MARGIN, StepPlanner, StepRecord, TreeFacts
+from specdec.spread import SPREAD_DEVIATION, SPREAD_PRIOR_CALLS, SPREAD_WEIGHT
 from tests.methods.test_planner import MAX_DEPTH, FixedDepths, RecordingDepths, brute_force, knee_cost
 
 

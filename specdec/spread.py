@@ -1,0 +1,104 @@
+"""The batch spread: how much less than its rows' mean accepted length a drafting step moves a batch.
+
+A batch ends with its slowest row: the rows' mean accepted length overstates what a drafting step moves
+the batch (the embedded EAGLE head's 4:2:8 trees at HumanEval batch 8 on the 2-core CPU: 4.4 tokens a
+step for the rows still decoding, 3.6 for the batch; the last 5 of 19 steps ran with 1-7 of the 8 rows:
+bench/results/2026-12-02-cpu-batch-diagnostics/spread.txt). The step planner (`specdec.planner`) keeps
+one spread per batch size, scales drafting's predicted gain by it, folds each `generate` call's
+measurement into it (`fold`) and predicts it for batch sizes not measured yet (`predicted`). Batch 1:
+always 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+__all__ = ["CallTokens", "fold", "predicted", "SPREAD_WEIGHT", "SPREAD_MIN_STEPS", "SPREAD_DEVIATION",
+           "SPREAD_PRIOR_CALLS"]
+
+SPREAD_WEIGHT = 0.25  # weight of one call in the batch-spread correction, after the first few (a running mean)
+SPREAD_MIN_STEPS = 4  # drafting steps a call needs before its spread counts
+SPREAD_DEVIATION = 0.2  # the per-row deviation a batch size's spread is predicted from before any is measured,
+SPREAD_PRIOR_CALLS = 1.0  # counted as this many calls (the demo pair measured 0.15-0.31: docs/smart.md)
+
+
+@dataclass
+class CallTokens:
+    """One `generate` call's tokens, for the batch accounting: per row (over the counted steps), the sum of
+    each step's mean over its active rows, and that sum over the drafting steps alone."""
+
+    rows: np.ndarray | None = None
+    mean_tokens: float = 0.0
+    drafted_tokens: float = 0.0
+    drafted_steps: int = 0
+
+    def add(self, accepted: np.ndarray, active: np.ndarray | None, mean: float, drafted: bool) -> None:
+        if self.rows is None:
+            self.rows = np.zeros(accepted.size if active is None else len(active))
+        if active is None:
+            self.rows += accepted
+        else:
+            self.rows[np.asarray(active, dtype=bool)] += accepted
+        self.mean_tokens += mean
+        if drafted:
+            self.drafted_tokens += mean
+            self.drafted_steps += 1
+
+
+@functools.lru_cache(maxsize=None)
+def slowest(batch_size: int) -> float:
+    """The expected maximum of `batch_size` independent standard normal draws (Blom's approximation, within
+    0.03 of the exact value: 0 at 1, 1.43 at 8, 1.77 at 16)."""
+    return NormalDist().inv_cdf((batch_size - 0.375) / (batch_size + 0.25))
+
+
+def predicted(batch_size: int, measured: list[tuple[int, float, int]]) -> float:
+    """The spread of a batch size not measured yet, from those that were (batch size, spread, calls that
+    measured it; entries with no call or batch size 1 are ignored) and a prior.
+
+    The batch waits for its slowest row: its progress falls short of the rows' mean by about the expected
+    maximum of `batch_size` draws (`slowest`) times a per-row deviation, whether that comes from the
+    per-step draws or from rows that differ (a prompt the draft reads well beside one it does not). Each
+    measured batch size b gives that deviation as (1 / spread_b - 1) / slowest(b); their mean, weighted
+    by the calls that measured them, predicts 1 / (1 + deviation * slowest(batch_size)). Assumed 1.0
+    instead, Spec-Bench's batch of 8 on the demo pair (the batch of 6 had measured 0.80) drafted a whole
+    call at 1.82 s against AR's 1.55, and then measured 0.78, what this predicts from 0.80 at 6
+    (bench/results/2026-12-03-cpu-eagle-2844686/diag/tr3_sb8.txt). With none measured the deviation
+    is the prior SPREAD_DEVIATION (SPREAD_PRIOR_CALLS calls' weight beside the measured ones): a planner
+    that first drafted at batch 16 assumed a spread of 1 and drafted a call at 0.83x AR until that call
+    measured 0.79 (the EAGLE head at HumanEval batch 16, bench/results/2026-12-03-cpu-eagle-ee9e9f4/diag/).
+    """
+    if batch_size < 2:
+        return 1.0
+    measured = [(b, s, n) for b, s, n in measured if n and b > 1]
+    weight = SPREAD_PRIOR_CALLS + sum(n for _, _, n in measured)
+    if weight <= 0:  # no prior (SPREAD_PRIOR_CALLS = 0) and nothing measured
+        return 1.0
+    deviation = (SPREAD_PRIOR_CALLS * SPREAD_DEVIATION + sum(n * (1 / s - 1) / slowest(b)
+                                                             for b, s, n in measured)) / weight
+    return 1 / (1 + deviation * slowest(batch_size))
+
+
+def fold(spread: float, calls: int, call: CallTokens) -> tuple[float, int]:
+    """The batch size's (spread, calls that measured it) after one more call (`call`, its rows counted).
+
+    What the rows' per-step means add up to beyond the most tokens any row got is tokens that moved no row
+    the batch waited for; charged to the call's drafting steps (plain steps move every row alike, and AR's
+    rows all end together), the call's spread = their batch progress over their rows' mean. A call that
+    drafted too little to measure it ages the spread a call's weight toward 1, as plain steps age the
+    realised rate: else one reading (0.756 from EAGLE-3 + SMART's warm-up at HumanEval batch 4) stands for
+    as long as the planner decodes plainly (docs/smart.md, "The planner"). Batch 1: unchanged.
+    """
+    if call.rows is None or call.rows.size < 2:
+        return spread, calls
+    if call.drafted_steps < SPREAD_MIN_STEPS:
+        return math.exp((1 - SPREAD_WEIGHT) * math.log(spread)), calls
+    lost = max(call.mean_tokens - float(call.rows.max()), 0.0)
+    measured = min(max((call.drafted_tokens - lost) / call.drafted_tokens, 0.25), 1.0)
+    weight = max(1 / (calls + 1), SPREAD_WEIGHT)
+    return math.exp((1 - weight) * math.log(spread) + weight * math.log(measured)), calls + 1
