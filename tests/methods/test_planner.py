@@ -1,6 +1,6 @@
 """The step planner: its depth cap equals the brute-force argmax on hand-built cost curves, and it decides
 between drafting and plain steps by what it measured (its online costs: test_online_costs.py; the batch's
-spread: test_planner_spread.py)."""
+spread: test_planner_spread.py; its probes: test_planner_probes.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from specdec.cost import CostModel, Curve
-from specdec.estimates import DepthStats, Estimates
+from specdec.estimates import Estimates
 from specdec.online_costs import C_T_FIRST, OnlineCosts
-from specdec.planner import (BACKOFF, BACKOFF_FAR, C_T_EVERY, COLD_PROBE, FAR, MARGIN, PROBE_STEPS, REPLAN_EVERY,
-                             WARM_AFTER, WARMUP, WARMUP_EVIDENCE, StepPlanner, StepRecord, TreeFacts)
+from specdec.planner import (BACKOFF, C_T_EVERY, COLD_PROBE, MARGIN, PROBE_STEPS, REPLAN_EVERY, WARM_AFTER, WARMUP,
+                             WARMUP_EVIDENCE, StepPlanner, StepRecord, TreeFacts)
 from tests.helpers import make_cost, step_record
 
 MAX_DEPTH = 7
@@ -138,70 +138,11 @@ def test_plain_decoding_weighs_the_plan_only_every_few_steps(case, monkeypatch):
     assert len(calls) == steps // REPLAN_EVERY
 
 
-@pytest.mark.parametrize("found", [0.9, 0.3])
-def test_a_probe_from_plain_decoding_is_weighed_right_after_it(found):
-    """A probe taken while plain decoding pays is PROBE_STEPS drafting steps at the best cap (its steps
-    after the first are steady: they measure what drafting realises now), weighed by a full plan at the very
-    next step: one that finds drafting paying again resumes it at once, not after REPLAN_EVERY - 1 more plain
-    steps (seen on the demo pair at batch 4: seven plain steps after each probe that said drafting paid);
-    one that finds it still losing goes back to plain steps."""
-    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=4)
-    planner.start(knee_cost(6, 1e-3))
-    planner.depths = FixedDepths(0.3)  # drafting does not pay, but could: plain steps and probes
-    plans = [planner.plan() for _ in range(planner.probe_every + PROBE_STEPS - 1)]
-    assert [p.depth > 0 for p in plans] == [False] * 3 + [True] * PROBE_STEPS and all(p.probe for p in plans[3:])
-    planner.depths = FixedDepths(found)  # what the probe found
-    plan = planner.plan()
-    assert not plan.probe and (plan.depth > 0) == planner.state.drafting == (found == 0.9)
-
-
 class RecordingDepths(FixedDepths):
     """FixedDepths that accepts the planner's records (and learns nothing from them)."""
 
     def record(self, facts, accepted, row_depth=None) -> None:
         pass
-
-
-def probe_gaps(planner: StepPlanner, steps: int) -> tuple[list[int], float]:
-    """The intervals between the drafting probes of `steps` steps (from one probe's start to the next's,
-    less the probe's own later steps), each step learned at once (a drafting one at its planned length and
-    seconds), and the best gain a full plan weighed."""
-    plans = []
-    for _ in range(steps):
-        plan = planner.plan()
-        plans.append(plan)
-        if plan.depth:
-            planner.record(StepRecord(8, np.array([plan.length]), 0.2 * plan.seconds, 0.0, 0.8 * plan.seconds, 0.0),
-                           TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=1))
-        else:
-            planner.record(StepRecord(1, np.array([1.0]), 0.0, 0.0, plan.seconds, 0.0), None)
-        planner._learn()
-    drafting = [bool(p.probe and p.depth) for p in plans]
-    starts = [i for i, d in enumerate(drafting) if d and (i == 0 or not drafting[i - 1])]
-    assert all(drafting[i:i + PROBE_STEPS] == [True] * PROBE_STEPS for i in starts[:-1])
-    return (np.diff(starts) - (PROBE_STEPS - 1)).tolist(), max(p.gain for p in plans)
-
-
-def test_probes_back_off_longest_while_drafting_is_far_from_paying():
-    """While plain decoding pays, each probe that finds no gain doubles the interval to the next: up to
-    BACKOFF times `probe_every` when the probe measured drafting near paying, up to BACKOFF_FAR times when
-    it measured it more than FAR below plain decoding (a probe there costs several AR steps and has little
-    to find); a far planner whose probe measures drafting near paying again goes back to the shorter
-    interval. (Here drafting steps realise their plans: what they measure is what was predicted.)"""
-    every = 2
-    near, far = StepPlanner(MAX_DEPTH, online=False, probe_every=every), StepPlanner(MAX_DEPTH, online=False,
-                                                                                     probe_every=every)
-    for planner, rate in ((near, 0.4), (far, 0.1)):
-        planner.start(knee_cost(6, 1e-3))
-        planner.depths = RecordingDepths(rate)
-    steps = 4 * every * BACKOFF_FAR
-    (near_gaps, near_gain), (far_gaps, far_gain) = probe_gaps(near, steps), probe_gaps(far, steps)
-    assert 1 - FAR <= near_gain < 1 + MARGIN and 0 < far_gain < 1 - FAR  # both decode plainly
-    assert max(near_gaps) == every * BACKOFF and near_gaps[-3:] == [every * BACKOFF] * 3
-    assert max(far_gaps) == every * BACKOFF_FAR and far_gaps[-2:] == [every * BACKOFF_FAR] * 2
-    assert far_gaps[:3] == near_gaps[:3] == [2 * every, 4 * every, 8 * every]  # the same doubling up to there
-    far.depths = RecordingDepths(0.4)  # drafting comes near paying: the next probe shortens the interval
-    assert max(probe_gaps(far, steps)[0][1:]) == every * BACKOFF
 
 
 def test_a_planner_that_always_drafts_re_measures_c_t_with_a_few_plain_steps():
@@ -480,33 +421,3 @@ def test_a_new_batch_size_starts_from_the_nearest_one_planned():
     fresh = StepPlanner(MAX_DEPTH, probe_every=1000)
     fresh.start(six)
     assert fresh.state.drafting and fresh.state.costs.ar_step == 5e-3
-
-
-def test_forwards_of_caps_never_drafted_decay_like_the_depths_measured():
-    """A layer's forward runs only after the one above it did: for caps deeper than any drafted, the chance
-    a forward runs falls by the last measured ratio between depths, not carried flat (flat, a planner that
-    drafted at caps up to 3 priced a cap-12 tree at 10 forwards where its trees stopped after 3 or 4)."""
-    stats = DepthStats(12)
-    for i in range(200):  # cap 3: depth 2's forward always runs, depth 3's half the time
-        forwards = 2 if i % 2 else 1
-        stats.record(TreeFacts(3, forwards, (2,) * forwards, (3,) * (forwards + 1), backlog=1), np.array([1]))
-    run = np.diff(stats.estimates().forwards)[1:]  # [d - 2]: the chance depth d's forward runs, d = 2 .. 12
-    assert run[0] == pytest.approx(1.0, abs=0.02) and run[1] == pytest.approx(0.5, abs=0.05)
-    ratio = run[1] / run[0]
-    assert run[2:] == pytest.approx(run[1] * ratio ** np.arange(1, len(run) - 1), rel=1e-9)  # depth 4 on: x0.5
-    assert stats.estimates().forwards[-1] < 2.6  # 1 + 0.5 + 0.25 + ...: about 2 forwards, not 10.5
-
-
-def test_after_a_probe_drafting_resumes_at_half_the_margin():
-    """A probe's steps paid the resume's catch-up: the plan right after it weighs drafting on, at half the
-    margin, while the plans between probes need the whole margin to start drafting."""
-    cost = knee_cost(6, 1e-3)
-    _, speedup = brute_force(cost, FixedDepths(0.7))
-    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=4, margin=1.5 * (speedup - 1))  # 1 + m/2 < R < 1 + m
-    planner.start(cost)
-    planner.depths = FixedDepths(0.7)
-    planner.state.drafting = False
-    plans = [planner.plan() for _ in range(3 + PROBE_STEPS)]
-    assert [p.depth > 0 for p in plans] == [False] * 3 + [True] * PROBE_STEPS and all(p.probe for p in plans[3:])
-    plan = planner.plan()
-    assert plan.depth > 0 and not plan.probe and planner.state.drafting
