@@ -359,7 +359,12 @@ class StepPlanner:
         plain = facts is None or plan.depth == 0
         self.state.plain_run = self.state.plain_run + 1 if plain else 0
         self.state.drafted_run = 0 if plain else self.state.drafted_run + 1
-        self._call.add(rows, step.active, measured, drafted=not plain)
+        # A drafting step whose tree ended root-only (width 1) moved every row by one token, as a plain step
+        # does: counted as drafting, it diluted the spread's measurement toward 1 (Spec-Bench batch 4 on the
+        # 2-core CPU: a call of 9 such steps and one tree measured a spread of 1.0 where the prior said 0.83,
+        # and the next call drafted 13 trees on plans that read 1.04-1.17x: 0.98x AR by the rows' mean
+        # tokens, about 0.8x by the batch's; bench/results/2026-12-06-cpu-smart-spread/)
+        self._call.add(rows, step.active, measured, drafted=not plain and step.width > 1)
         s = self.stats
         s.probes += plan.probe
         s.predicted_tokens += plan.length

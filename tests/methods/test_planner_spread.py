@@ -59,6 +59,26 @@ def test_a_batch_waits_for_its_slowest_row_and_the_planner_prices_it(rows):
     assert (plan.depth > 0) == (rows != "diverging")
 
 
+def test_root_only_drafting_steps_do_not_dilute_the_spread():
+    """A drafting step whose tree ended root-only (width 1: no child passed) moves every row by one token,
+    as a plain step does, and has no spread to measure: the diverging call's spread is 0.8 with or without
+    six such steps in it (counted, they lifted it to 0.87, and a call of nothing else measured 1.0)."""
+    cost = knee_cost(6, 1e-3)
+    planner = StepPlanner(MAX_DEPTH, online=False, realise=False, probe_every=1000)
+    planner.depths = RecordingDepths(0.5)
+    both, first = [True, True], [True, False]
+    planner.start(cost)
+    for width, active, tokens in [(1, both, [1, 1])] * 6 + [(8, both, [1, 2])] * 4 + [(8, first, [1])] * 4:
+        plan = planner.plan(backlog=1)
+        assert plan.depth > 0
+        step = StepRecord(width, np.asarray(tokens, dtype=np.float64), 0.2 * plan.seconds, 0.0,
+                          0.8 * plan.seconds, 0.0, active=np.asarray(active))
+        planner.record(step, TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (width,), backlog=1))
+    stats = planner.report()
+    assert stats.steps_drafted == 14 and stats.batch_tokens == 14
+    assert planner.state.spread == pytest.approx(0.8)
+
+
 def plain_call(planner, cost, rows: int, steps: int = 6):
     """One generate call whose steps all decode plainly (no tree facts), whatever was planned."""
     planner.start(cost)
