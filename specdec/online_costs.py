@@ -11,7 +11,8 @@ ValuSpec's gate; acceptance and tree growth are estimated in `specdec.estimates`
   lagged the machine's speed by up to 50%; it stays continuous when drafting resumes after plain steps
   (`OnlineCosts._observe_level`). A c_T probe's few plain steps, or a call's first ones, that disagree with
   it by over C_T_RESET restart the window (`OnlineCosts.measure_ar`): the level can lag a change of the
-  machine's speed, and calls differ in speed beyond what the context scaling says.
+  machine's speed, and calls differ in speed beyond what the context scaling says. While drafting, c_T is
+  also bounded by what the stretch's last steady steps spent verifying (`OnlineCosts.ar_step`).
 - The verify stage per width: one multiplicative correction per width up to FINE and per power-of-two
   bucket beyond, shrunk toward a common level (level and shape). A tree planner's widths differ by a few
   nodes, and one correction for widths 8-15 kept the profile's shape there: a batch-1 CPU profile flat
@@ -46,6 +47,7 @@ C_T_WINDOW = 31  # warm plain steps whose median is c_T (a burst of stalls short
 C_T_FIRST = 3  # warm plain steps one measurement of c_T takes (each c_T probe of the planner)
 C_T_RESET = 0.2  # a measurement whose median is further than this from c_T replaces the window (`measure_ar`)
 LEVEL_STALE = 8  # plain steps after which the verify level no longer dates c_T's newest members (`_observe_level`)
+BOUND_STEPS = 3  # steady drafting steps, newer than c_T's newest member, whose median verify bounds c_T
 CLIP = 3.0  # one step's timing moves an estimate by at most this factor (a stall is not a new cost)
 TABLE = 512  # widths and backlogs priced from precomputed tables (larger ones through the cost model)
 FINE = 16  # widths 1 .. FINE have a verify correction each; wider ones one per power of two
@@ -89,6 +91,10 @@ class OnlineCosts:
         self.verify_level, self.verify_ratio, self.verify_seen = 1.0, np.ones(BUCKETS), np.zeros(BUCKETS)
         self.level_seen = 0  # steady drafting steps behind the level (at most 1 / LEVEL_WEIGHT counted)
         self.query, self.rest = 0.0, model.loop
+        # c_T's bound while drafting (`ar_step`): the verify stage of the steady drafting steps since the last
+        # warm plain step (context-normalised), and a plain step's own work outside verification
+        self._drafted_verify: deque[float] = deque(maxlen=BOUND_STEPS)
+        self.plain_rest = model.loop
         # The draft's part of a step, propose ~ a * catch_up(m) + b * sum of layer(w): decayed normal equations
         # of that least-squares fit, with PRIOR pseudo-steps at a = b = 1 (the profile as measured).
         self._gram, self._moment = (PRIOR, 0.0, PRIOR), (PRIOR, PRIOR)  # (g00, g01, g11), (r0, r1)
@@ -184,9 +190,16 @@ class OnlineCosts:
         C_T_EVERY drafting steps while drafting pays), the verify stage in every drafting step: the level
         carries a change of the machine's speed between c_T's measurements (on the 2-core CPU steps sped
         up from 9 to 6 ms within a run while a window of plain steps spanning it held c_T at 9)."""
-        if not self._ar_window:
-            return self.model.ar_step
-        return self.model.ar_step * self._ar_ratio * self.verify_level
+        c_t = self.model.ar_step * self._ar_ratio * self.verify_level if self._ar_window else self.model.ar_step
+        if len(self._drafted_verify) == BOUND_STEPS:
+            # A plain step verifies one node where these steps verified one or more: it cannot cost more than
+            # their verify stage and its own work. Carried by the level, c_T lagged a machine that sped up as
+            # drafting resumed (Spec-Bench batch 4 on the 2-core CPU: plain steps at 25-29 ms, then drafting
+            # steps verifying 2-3 nodes in 21-24 ms, c_T held at 27 ms for 30 steps and depth-1 trees drafted
+            # at 0.87x AR by the rows' mean tokens on plans that read 1.15-1.3x:
+            # bench/results/2026-12-06-cpu-smart-spread/). The next warm plain step ends the bound.
+            c_t = min(c_t, statistics.median(self._drafted_verify) + self.plain_rest)
+        return c_t
 
     def ar(self, context: float | None) -> float:
         """c_T at `context` tokens: the estimate (held at the profiled context length) scaled like a
@@ -202,7 +215,11 @@ class OnlineCosts:
         measures C_T_FIRST warm steps (their median rejects one stall), and a stall is then one outlier among
         up to C_T_WINDOW. Each member is relative to the verify level of its moment (`ar_step`)."""
         self._since_level += 1
+        if self.online:
+            self.plain_rest = self._ema(self.plain_rest, step.propose + step.filter + step.commit) \
+                if self.plain_rest > 0 else step.propose + step.filter + step.commit
         if warm and self.online:  # the one-node verification is priced by c_T: no correction table to refresh
+            self._drafted_verify.clear()  # c_T measured afresh: the drafting steps' bound is older
             unit = self.model.ar_step * self.verify_level * self.model.context_factor(context)
             reading = step.seconds / unit
             if self._measuring is not None and self._measuring[2] is None:  # c_T as the measurement found it
@@ -295,6 +312,7 @@ class OnlineCosts:
             self.verify_ratio[b] = min(max(ratio, self.verify_level / CLIP), self.verify_level * CLIP)
         if steady:
             self._observe_level(ratio)
+            self._drafted_verify.append(step.verify / self.model.context_factor(context))
         self.verify_seen[b] = min(self.verify_seen[b] + 1, 1 / COST_WEIGHT)
         self._stale = True
 

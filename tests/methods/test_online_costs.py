@@ -10,7 +10,7 @@ import pytest
 
 from specdec.cost import Curve
 from specdec.estimates import TreeFacts
-from specdec.online_costs import C_T_FIRST, C_T_RESET, C_T_WINDOW, CLIP, OnlineCosts
+from specdec.online_costs import BOUND_STEPS, C_T_FIRST, C_T_RESET, C_T_WINDOW, CLIP, OnlineCosts
 from tests.helpers import make_cost, step_record
 
 
@@ -143,6 +143,40 @@ def test_c_t_is_continuous_when_drafting_resumes():
             costs.observe_verify(step_record(8, 1.35 * model.verify_seconds(8)), None)
         assert costs.verify_level == pytest.approx(1.35, rel=0.02)
         assert costs.ar_step == pytest.approx(5e-3, rel=0.02)
+
+
+def test_c_t_is_bounded_by_what_drafting_steps_spend_verifying():
+    """A plain step verifies one node: it cannot cost more than the verify stage of a drafting step that
+    verified one or more, plus its own work outside verification. c_T measured in a slow stretch (8 ms) and
+    carried by the level lagged a machine that sped up as drafting resumed; the median of the last
+    BOUND_STEPS steady drafting steps' verify (5 ms) now bounds it, a resume's cold verification does not
+    count, a slow drafting step does not raise c_T, and the next warm plain step ends the bound."""
+    model = make_cost(ar_step=4e-3, loop=5e-4)
+    costs = OnlineCosts(model)
+    for _ in range(C_T_WINDOW):  # plain steps of 8 ms: 0.5 ms of the loop's work, 7.5 ms verifying one node
+        costs.observe_ar(step_record(1, 7.5e-3, propose=5e-4), None, warm=True)
+    assert costs.ar_step == pytest.approx(8e-3) and costs.plain_rest == pytest.approx(5e-4)
+    costs.observe_verify(step_record(3, 4e-3), None, steady=False)  # the resume: not steady, no bound
+    for _ in range(BOUND_STEPS - 1):
+        costs.observe_verify(step_record(3, 5e-3), None)
+        assert costs.ar_step == pytest.approx(8e-3)  # too few steps to bound it
+    costs.observe_verify(step_record(3, 5e-3), None)
+    assert costs.ar_step == pytest.approx(5.5e-3)
+    costs.observe_verify(step_record(3, 20e-3), None)  # one slow step: the median moves nothing
+    assert costs.ar_step == pytest.approx(5.5e-3)
+    for _ in range(BOUND_STEPS):  # drafting steps slower than c_T: a bound, never a lift
+        costs.observe_verify(step_record(3, 12e-3), None)
+    assert costs.ar_step == pytest.approx(8e-3)
+    for _ in range(BOUND_STEPS):
+        costs.observe_verify(step_record(3, 5e-3), None)
+    costs.observe_ar(step_record(1, 7.5e-3, propose=5e-4), None, warm=False)  # cold: measures nothing
+    assert costs.ar_step == pytest.approx(5.5e-3)
+    costs.observe_ar(step_record(1, 7.5e-3, propose=5e-4), None, warm=True)  # c_T measured again
+    assert costs.ar_step == pytest.approx(8e-3)
+    frozen = OnlineCosts(model, online=False)
+    for _ in range(BOUND_STEPS):
+        frozen.observe_verify(step_record(3, 1e-3), None)
+    assert frozen.ar_step == 4e-3
 
 
 def test_online_costs_learn_the_slope_between_nearby_widths():
