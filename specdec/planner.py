@@ -213,11 +213,12 @@ class StepPlanner:
         # batch-1 prompt: one layer) keeps the usual interval: waiting longest there kept a planner that had
         # turned plain on an unlucky stretch from probing again in the next calls, at 1.08x AR where the
         # head's trees ran 1.5x.
-        cold = cold and self.costs.catch_up(backlog) > COLD_PROBE * self.costs.ar(context)
+        ar = self.costs.ar(context)
+        cold = cold and self.costs.catch_up(backlog) > COLD_PROBE * ar
         probe_due = state.since_probe >= self.probe_every * (max(BACKOFF, state.backoff) if cold else state.backoff)
         if not state.drafting and state.quiet > 0 and not probe_due:
             state.quiet -= 1  # plain decoding pays and nothing but c_T moved: no need to weigh it again yet
-            self._plan = Plan(0, 1.0, self.costs.ar(context))
+            self._plan = Plan(0, 1.0, ar)
             return self._plan
         length, seconds = self.predict(backlog, context)
         decide = seconds
@@ -333,10 +334,12 @@ class StepPlanner:
         if plan is None:
             return
         rows = np.asarray(step.accepted)
-        # a sum, not ndarray.mean: the same float for these integer counts, at a tenth of mean's ~15-30 us,
-        # which a plain step (about 3 ms at batch 1 on a fast CPU) paid on top of an AR step
-        measured = float(rows.sum()) / rows.size if rows.size else 1.0
-        if facts is None or plan.depth == 0:
+        plain = facts is None or plan.depth == 0
+        # A plain step emits one token a row: no reduction to run (each numpy call costs a few us after the
+        # target's forward, on top of what an AR step pays). Else a sum, not ndarray.mean: the same float
+        # for these integer counts, at a tenth of mean's ~15-30 us.
+        measured = 1.0 if plain or not rows.size else float(rows.sum()) / rows.size
+        if plain:
             c.observe_ar(step, self.context, warm=self.state.plain_run >= WARM_AFTER)
             self.stats.steps_ar += 1
             self._realise(None)
@@ -355,8 +358,7 @@ class StepPlanner:
             if plan.probe and steady and not self.state.drafting:
                 tokens, seconds = self.state.probe_sums
                 self.state.probe_sums = (tokens + measured, seconds + step.seconds)
-        self._last_tokens = int(rows.max()) if rows.size else 1
-        plain = facts is None or plan.depth == 0
+        self._last_tokens = 1 if plain or not rows.size else int(rows.max())
         self.state.plain_run = self.state.plain_run + 1 if plain else 0
         self.state.drafted_run = 0 if plain else self.state.drafted_run + 1
         # A drafting step whose tree ended root-only (width 1) moved every row by one token, as a plain step
@@ -369,8 +371,9 @@ class StepPlanner:
         s.probes += plan.probe
         s.predicted_tokens += plan.length
         s.measured_tokens += measured
-        s.ar_seconds_predicted += c.ar(self.context) * plan.length * (1.0 if plain else self.state.spread)
-        s.ar_seconds_measured += c.ar(self.context) * measured
+        ar = c.ar(self.context)
+        s.ar_seconds_predicted += ar * plan.length * (1.0 if plain else self.state.spread)
+        s.ar_seconds_measured += ar * measured
         s.seconds_predicted += plan.seconds
         s.seconds_measured += step.seconds
         self._plan = None

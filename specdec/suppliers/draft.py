@@ -113,12 +113,24 @@ class DraftRunner:
         self._pending = np.zeros((B, max(16, region)), dtype=np.int64)
         self._pending[:, 0] = state.input_ids[:, -1].cpu().numpy()  # host copy, once per call: the roots
         self.backlog = np.ones(B, dtype=np.int64)
+        self._rows, self._widest = np.arange(B), 1  # the widest row's backlog, kept on the host as an int
 
     def commit(self, acc: Acceptance) -> None:
         """Append the accepted tokens and the bonus (the new root) to each row's backlog; drop the tree."""
         self.cache.rollback()
+        if acc.host_tokens.shape[1] == 1:
+            # Every row committed one token (a plain step, or a tree none of whose candidates was accepted):
+            # one column to write. The general path's mask and index arrays cost 75 us a step after the
+            # target's forward on the 2-core CPU, 0.5% of a plain step at batch 1
+            # (bench/results/2026-12-06-cpu-smart-spread/plain_parts.txt).
+            if self._widest + 1 > self._pending.shape[1]:
+                self._pending = np.pad(self._pending, ((0, 0), (0, self._pending.shape[1])))
+            self._pending[self._rows, self.backlog] = acc.host_tokens[:, 0]
+            self.backlog, self._widest = self.backlog + 1, self._widest + 1
+            return
         n = acc.host_num_accepted + 1  # [B] tokens each row committed
         need = int((self.backlog + n).max())
+        self._widest = need
         if need > self._pending.shape[1]:
             self._pending = np.pad(self._pending, ((0, 0), (0, max(need, 2 * self._pending.shape[1]))))
         cols = np.arange(acc.host_tokens.shape[1])[None, :]
@@ -148,7 +160,7 @@ class DraftRunner:
                               chain.ancestor_mask, backend=self.backend, logits_to_keep=1 if same else 0)
         cache.commit_prefix(count, m)
         self._root_pos = cache.positions() - 1  # the catch-up committed the root
-        self.backlog = np.zeros_like(m)
+        self.backlog, self._widest = np.zeros_like(m), 0
         if same:
             return self.vocab.logits(logits[:, -1])
         return self.vocab.logits(logits.gather(1, (count - 1)[:, None, None].expand(-1, 1, logits.shape[-1]))[:, 0])

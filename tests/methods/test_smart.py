@@ -124,6 +124,22 @@ def test_identity_across_plain_stretches(models, case):
     assert out.stats.plan.steps_ar >= 10 and out.stats.plan.steps_drafted >= 3
 
 
+@pytest.mark.hf
+@pytest.mark.parametrize("case", ["batch1", "ragged3"])
+def test_identity_after_a_plain_stretch_longer_than_the_backlog_buffer(models, case):
+    """Twenty plain steps in a row outgrow the draft's backlog buffer (16 columns here): plain steps append
+    one token a row by their own path, which must grow the buffer and keep every row's tokens in order."""
+    arch, target, draft = models
+    ids, mask = ragged_prompts([7] if case == "batch1" else [6, 10, 9], seed=4)
+    ref = reference(target, ids, mask, 28, eos=[])
+    sup = specdec.SmartSupplier(draft, fixed_cost(**MODERATE, batch_size=ids.shape[0]), topk=2, frontier=2,
+                                max_depth=5, online=False)
+    backlogs = plan_schedule(sup, [3] + [0] * 20 + [2, 0, 3])
+    out = generate_with(target, sup, ids, mask, 28, [])
+    assert torch.equal(out.sequences, ref), f"{arch} {case}"
+    assert max(backlogs[1:]) >= 21 and sup.runner._pending.shape[1] > 16  # the buffer grew
+
+
 def test_profile_source_fits_the_running_batch_size():
     target = make_model("llama")
     prof = synthetic_profile(batch_sizes=(1, 4), scales=(1.0, 2.0))
