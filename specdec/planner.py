@@ -61,6 +61,9 @@ PROBE_STEPS = 4  # drafting steps in a probe from plain decoding: the first resu
 # prompts after it (the same HumanEval batch 1 run: 2 drafting steps in 32 calls)
 WARM_AFTER = 2  # plain steps in a row before one counts for c_T (the first after drafting run cold)
 REPLAN_EVERY = 8  # while plain decoding pays, the full plan runs every 8 steps (0.1-0.4 ms saved on the others)
+REPLAN_FAR = 32  # ... every 32 while the last one put drafting more than FAR below plain decoding: only c_T moves
+# between probes, and it would have to move that far to turn the decision (a full plan costs ~0.3 ms inside the
+# loop on the 2-core CPU, 7 plain steps' learning included: at every 8th step, 0.8% of a plain step at batch 1)
 RESUME_HORIZON = 8  # steps over which a longer catch-up after plain steps is amortised when deciding
 REALISED_WEIGHT = 0.03  # per step, drafting or plain, the decay of the realised-rate sums (~33 steps count)
 C_T_EVERY = 64  # drafting steps in a row before a few plain ones re-measure c_T (the first after WARMUP)
@@ -132,8 +135,11 @@ class StepPlanner:
         self.state: _BatchState | None = None
         self.stats = PlanStats()
         self._plan: Plan | None = None
-        self._pending: tuple[StepRecord, TreeFacts | None] | None = None
+        # steps taken and not learned from yet, each with its plan and context (`record`, `_learn`)
+        self._pending: list[tuple[Plan, float | None, StepRecord, TreeFacts | None]] = []
         self.context: float | None = None
+        self._quick = 0  # plain steps `quick_plain` may still plan without a full plan, with this plan:
+        self._quiet_plan = Plan(0, 1.0, 0.0)
         self._call = CallTokens()
         # the widest row's tokens in the call's previous counted step; before one, the most a drafting step
         # can emit (a longer catch-up then holds a cold draft's prompt)
@@ -147,7 +153,7 @@ class StepPlanner:
         """A new `generate` call at `cost.batch_size` (its corrections and mode persist per batch size)."""
         self._learn()  # the last step of the previous call
         self._finish_call()
-        self._plan, self._last_tokens = None, self.max_depth + 1
+        self._plan, self._last_tokens, self._quick = None, self.max_depth + 1, 0
         state = self._batches.get(cost.batch_size)
         if state is None or state.costs.model is not cost:
             state = self._batches[cost.batch_size] = self._new_state(cost)
@@ -234,7 +240,7 @@ class StepPlanner:
         going_on = state.drafting or state.probe_ended
         state.probe_ended = False
         state.drafting = 0 not in self.choices or gain > 1 + (self.margin / 2 if going_on else self.margin)
-        state.quiet = REPLAN_EVERY - 1
+        state.quiet = (REPLAN_FAR if gain < 1 - FAR else REPLAN_EVERY) - 1
         tokens, spent = state.probe_sums
         if spent > 0:  # a probe just ended: how far from paying its steady steps measured drafting
             state.far = tokens / spent * self.costs.ar(context) * state.spread < 1 - FAR
@@ -272,7 +278,33 @@ class StepPlanner:
             state.c_t_probe, depth, probe = WARM_AFTER + C_T_FIRST - 1, 0, True
             self.costs.measure_ar(C_T_FIRST)
         self._plan = Plan(depth, float(length[depth]), float(seconds[depth]), probe, warmup, float(gain))
+        self._quick = 0
+        if not depth and not state.drafting and not probe:  # the quiet steps before the next full plan or probe
+            threshold = self.probe_every * (max(BACKOFF, state.backoff) if cold else state.backoff)
+            self._quick = max(min(state.quiet, threshold - state.since_probe - 1), 0)
+            self._quiet_plan = self._plan
         return self._plan
+
+    def quick_plain(self) -> bool:
+        """Plan the next step here if it is one of the quiet plain steps after a full plan that chose plain
+        decoding (no full plan and no probe due before it: what `plan` would decide without weighing
+        anything) and return True; else False (the supplier calls `plan`). The steps' learning waits for
+        the next full plan, which runs it for all of them in one go: a plain step then costs its supplier
+        almost nothing beyond what an AR step costs: right after the target's forward, with the host's
+        caches cold, `plan` and its learning cost each plain step ~70 us on the 2-core CPU (1.5% at batch 1),
+        four times what they cost in a tight loop; a quick step costs ~5 us, the learning in one go ~15 us a
+        step (bench/results/2026-12-07-cpu-plain-steps/). The context is the full plan's, one token more
+        per step."""
+        if self._quick <= 0:
+            return False
+        self._quick -= 1
+        state = self.state
+        state.since_probe += 1
+        state.quiet -= 1
+        if self.context is not None:
+            self.context += 1.0
+        self._plan = self._quiet_plan  # its seconds are not read: a plain step is priced at c_T when learned
+        return True
 
     def _realise(self, plan: Plan | None, tokens: float = 0.0, seconds: float = 0.0) -> None:
         """Age the evidence by one step and, for a drafting step (`plan`), fold its measured tokens and
@@ -324,15 +356,19 @@ class StepPlanner:
     def record(self, step: StepRecord, facts: TreeFacts | None) -> None:
         """Keep what the step just taken measured (facts: None for a plain step); the planner learns from it
         at the next `plan` or `report`, so its own work falls inside the loop's propose timer."""
-        self._pending = (step, facts) if self._plan is not None else None
+        if self._plan is not None:
+            self._pending.append((self._plan, self.context, step, facts))
+            self._plan = None
 
     def _learn(self) -> None:
-        if self._pending is None:
-            return
-        (step, facts), self._pending = self._pending, None
-        plan, c = self._plan, self.costs
-        if plan is None:
-            return
+        """Learn from the steps recorded since the last time, in order."""
+        if self._pending:
+            pending, self._pending = self._pending, []
+            for plan, context, step, facts in pending:
+                self._learn_step(plan, context, step, facts)
+
+    def _learn_step(self, plan: Plan, context: float | None, step: StepRecord, facts: TreeFacts | None) -> None:
+        c = self.costs
         rows = np.asarray(step.accepted)
         plain = facts is None or plan.depth == 0
         # A plain step emits one token a row: no reduction to run (each numpy call costs a few us after the
@@ -340,7 +376,7 @@ class StepPlanner:
         # for these integer counts, at a tenth of mean's ~15-30 us.
         measured = 1.0 if plain or not rows.size else float(rows.sum()) / rows.size
         if plain:
-            c.observe_ar(step, self.context, warm=self.state.plain_run >= WARM_AFTER)
+            c.observe_ar(step, context, warm=self.state.plain_run >= WARM_AFTER)
             self.stats.steps_ar += 1
             self._realise(None)
         else:
@@ -352,7 +388,7 @@ class StepPlanner:
             # whether drafting realises its plans; a resume's catch-up over plain steps' tokens or a cold
             # prompt is mostly the catch-up's estimate (`_realise`), and its verification runs cold.
             steady = facts.backlog <= self._last_tokens
-            c.observe_draft(step, facts, self.context, self.host, steady=steady or self.host)
+            c.observe_draft(step, facts, context, self.host, steady=steady or self.host)
             self.stats.steps_drafted += 1
             self._realise(plan if steady and not plan.warmup else None, measured, step.seconds)
             if plan.probe and steady and not self.state.drafting:
@@ -371,12 +407,13 @@ class StepPlanner:
         s.probes += plan.probe
         s.predicted_tokens += plan.length
         s.measured_tokens += measured
-        ar = c.ar(self.context)
+        ar = c.ar(context)
         s.ar_seconds_predicted += ar * plan.length * (1.0 if plain else self.state.spread)
         s.ar_seconds_measured += ar * measured
-        s.seconds_predicted += plan.seconds
+        # a plain step is predicted at c_T, the unit: as of now, not of its plan (a quiet one's plan can be
+        # a few steps older than what was learned since, `quick_plain`)
+        s.seconds_predicted += ar if plan.depth == 0 else plan.seconds
         s.seconds_measured += step.seconds
-        self._plan = None
 
     def report(self) -> PlanStats:
         self._learn()

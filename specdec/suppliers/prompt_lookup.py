@@ -82,6 +82,8 @@ class PromptLookupSupplier(PlannedTrieSupplier):
     def propose(self, state: DecodeState) -> TreeBatch:
         self._facts, self._trie = None, None
         if self.planner is not None:
+            if self.planner.quick_plain():  # a quiet plain step: nothing to weigh
+                return root_only(state.root)
             plan = self.planner.plan(context=float((state.history_len - state.host_start).max()))
             if plan.depth == 0:  # a lookup does not pay now: a plain step
                 return root_only(state.root)

@@ -103,6 +103,8 @@ class RetrievalSupplier(PlannedTrieSupplier):
     def propose(self, state: DecodeState) -> TreeBatch:
         self._facts, self._trie = None, None
         if self.planner is not None:
+            if self.planner.quick_plain():  # a quiet plain step: nothing to weigh
+                return root_only(state.root)
             plan = self.planner.plan(context=float((state.history_len - state.host_start).max()))
             if plan.depth == 0:  # retrieving does not pay now: a plain step, no query
                 return root_only(state.root)

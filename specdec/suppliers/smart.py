@@ -205,6 +205,9 @@ class SmartSupplier(Supplier):
                        catch_up_seconds=pick(src.catch_up_seconds, new.catch_up_seconds))
 
     def propose(self, state: DecodeState) -> TreeBatch:
+        if self.planner.quick_plain():  # a quiet plain step: nothing to weigh, the draft does not run
+            self._facts, self._tree = None, None
+            return root_only(state.root)
         if not self.runner.backlog.all():  # an EAGLE head before the first verification: no features yet
             self._facts, self._tree = None, None
             return root_only(state.root)

@@ -159,6 +159,28 @@ def test_capture_follows_the_hidden_states_tuple(arch):
         install_capture(target, (8,))
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_plain_step_returns_its_root_features(batch):
+    """A root-only tree (a planner's plain step, which skips the gather of the accepted nodes) brings back
+    each row's hidden states at its root, as a tree's first node does: transformers' hidden_states at the
+    root's position."""
+    target = eagle_target("llama")
+    layers = (0, 2, EAGLE_LAYERS)
+    install_capture(target, layers)
+    verifier = specdec.TreeVerifier(target)
+    verifier.request_features(layers)
+    ids = torch.randint(1, 90, (batch, 6), generator=torch.Generator().manual_seed(batch))
+    cache = verifier.new_cache(batch, 32)
+    first = verifier.verify(root_only(ids[:, -1]), cache, prompt=PromptBlock(ids[:, :-1], torch.zeros(batch, dtype=torch.int64)))
+    root = first.tokens[:, 0]
+    acc = verifier.verify(root_only(root), cache)
+    want = target(torch.cat([ids, root[:, None]], 1), output_hidden_states=True).hidden_states
+    H = target.config.hidden_size
+    assert acc.features.shape == (batch, 1, len(layers) * H)
+    for j, i in enumerate(layers):
+        torch.testing.assert_close(acc.features[:, 0, j * H:(j + 1) * H], want[i][:, -1], rtol=1e-5, atol=1e-5)
+
+
 def test_an_off_by_one_feature_index_is_caught(tmp_path):
     """The head's output depends on which hidden state it reads: the reference fed the neighbouring
     indices (i - 1 or i + 1, the two ways to get the convention wrong) disagrees with the runner."""

@@ -12,8 +12,8 @@ import pytest
 from specdec.cost import CostModel, Curve
 from specdec.estimates import Estimates
 from specdec.online_costs import C_T_FIRST, OnlineCosts
-from specdec.planner import (BACKOFF, C_T_EVERY, COLD_PROBE, MARGIN, PROBE_STEPS, REPLAN_EVERY, WARM_AFTER, WARMUP,
-                             WARMUP_EVIDENCE, StepPlanner, StepRecord, TreeFacts)
+from specdec.planner import (BACKOFF, C_T_EVERY, COLD_PROBE, FAR, MARGIN, PROBE_STEPS, REPLAN_EVERY, REPLAN_FAR,
+                             WARM_AFTER, WARMUP, WARMUP_EVIDENCE, StepPlanner, StepRecord, TreeFacts)
 from tests.helpers import make_cost, step_record
 
 MAX_DEPTH = 7
@@ -117,25 +117,34 @@ def test_ar_step_follows_the_context_and_a_cold_draft_is_not_probed():
     assert any(planner.plan(backlog=64, cold=True).probe for _ in range(12))
 
 
-@pytest.mark.parametrize("case", ["hopeless", "cold"])
+@pytest.mark.parametrize("case", ["hopeless", "cold", "near"])
 def test_plain_decoding_weighs_the_plan_only_every_few_steps(case, monkeypatch):
     """While plain decoding pays and no probe is due (drafting hopeless; or the draft cold in this call, so
-    probes wait), a full plan runs once per REPLAN_EVERY steps: a plain step should cost what an AR step
-    costs, not the planner's host work on top of it."""
+    probes wait; or probes far apart), a full plan runs once per REPLAN_EVERY steps, or once per REPLAN_FAR
+    while the last one put drafting more than FAR below plain decoding: a plain step should cost what an
+    AR step costs, not the planner's host work on top of it. Whether a step asks `quick_plain` first or
+    `plan` alone, the same full plans run."""
+    backlog, cold = 64, case == "cold"
     if case == "hopeless":  # a layer costs more than a whole AR step: no tree could ever pay
         cost, rate = make_cost(ar_step=4e-3, loop=5e-4, layer=5e-3, catch_up=5e-3), 0.9
-    else:
+    elif case == "cold":
         cost, rate = costly_prompt(knee_cost(2, 5e-3)), 0.4
-    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=4 * REPLAN_EVERY)
-    planner.start(cost)
-    planner.depths = FixedDepths(rate)
-    calls = []
-    predict = planner.predict
-    monkeypatch.setattr(planner, "predict", lambda *a: calls.append(1) or predict(*a))
-    steps = 8 * REPLAN_EVERY
-    depths = [planner.plan(backlog=64, cold=case == "cold").depth for _ in range(steps)]
-    assert depths == [0] * steps
-    assert len(calls) == steps // REPLAN_EVERY
+    else:  # drafting a few percent short of paying
+        cost, rate, backlog = knee_cost(6, 1e-3), 0.35, 1
+    every = REPLAN_EVERY if case == "near" else REPLAN_FAR
+    for quick in (False, True):
+        planner = StepPlanner(MAX_DEPTH, online=False, probe_every=100 * REPLAN_FAR)
+        planner.start(cost)
+        planner.depths = FixedDepths(rate)
+        calls = []
+        predict = planner.predict
+        monkeypatch.setattr(planner, "predict", lambda *a: calls.append(1) or predict(*a))
+        steps = 4 * REPLAN_FAR
+        depths = [0 if quick and planner.quick_plain() else planner.plan(backlog=backlog, cold=cold).depth
+                  for _ in range(steps)]
+        assert depths == [0] * steps
+        assert len(calls) == steps // every
+        assert (1 - FAR <= planner._quiet_plan.gain) == (case == "near")
 
 
 class RecordingDepths(FixedDepths):

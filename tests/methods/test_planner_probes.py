@@ -82,3 +82,56 @@ def test_after_a_probe_drafting_resumes_at_half_the_margin():
     assert [p.depth > 0 for p in plans] == [False] * 3 + [True] * PROBE_STEPS and all(p.probe for p in plans[3:])
     plan = planner.plan()
     assert plan.depth > 0 and not plan.probe and planner.state.drafting
+
+
+def drive(planner: StepPlanner, steps: int, quick: bool, rng: np.random.Generator) -> list[tuple]:
+    """`steps` steps through a supplier that asks `quick_plain` first (quick) or always `plan`, each step
+    recorded with a noisy measured time (the same draws both ways: a plain step's around the profile's AR
+    step, a drafting step's around its plan's); returns each step's depth, probe and context."""
+    seen, ar = [], planner.costs.model.ar_step
+    for i in range(steps):
+        noise = float(rng.uniform(0.9, 1.1))
+        if quick and planner.quick_plain():
+            plan = planner._plan
+        else:
+            plan = planner.plan(context=100.0 + i)
+        seen.append((plan.depth, plan.probe, planner.context))
+        if plan.depth:
+            planner.record(StepRecord(8, np.array([plan.length]), 0.2 * plan.seconds * noise, 0.0,
+                                      0.8 * plan.seconds * noise, 0.0),
+                           TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=1))
+        else:
+            planner.record(StepRecord(1, np.array([1.0]), 1e-5, 0.0, ar * noise, 1e-5), None)
+    planner.report()
+    return seen
+
+
+def test_quick_plain_steps_plan_and_learn_what_full_plans_would():
+    """A supplier that asks `quick_plain` before `plan` (every planned supplier does) takes the same steps
+    as one that always calls `plan`: the same depths, probes and contexts, and the planner learns the same
+    (c_T, the probe schedule, the reported totals), while most plain steps were planned without a full plan
+    and their learning ran in one go at the next one."""
+    cost = knee_cost(6, 1e-3)
+    runs = []
+    for quick in (False, True):
+        planner = StepPlanner(MAX_DEPTH, probe_every=4)
+        planner.start(cost)
+        planner.depths = RecordingDepths(0.1)  # drafting does not pay: plain steps, quiet ones, probes
+        calls = 0
+        if quick:
+            original = planner.plan
+
+            def counted(*args, **kwargs):
+                nonlocal calls
+                calls += 1
+                return original(*args, **kwargs)
+            planner.plan = counted
+        seen = drive(planner, 300, quick, np.random.default_rng(0))
+        s = planner.state
+        runs.append((seen, planner.costs.ar(None), s.since_probe, s.backoff, s.quiet, planner.report().to_dict(),
+                     calls))
+    (full, *full_state, _), (fast, *fast_state, calls) = runs
+    assert fast == full and fast_state == full_state
+    plain = sum(1 for depth, *_ in full if depth == 0)
+    assert plain > 100 and any(probe for _, probe, _ in full)
+    assert len(full) - calls > plain / 2  # most plain steps skipped the full plan
