@@ -13,7 +13,8 @@ resumes: the decision amortises what it exceeds the usual one by over `RESUME_HO
 steps at the best cap, weighed by a full plan right after them with the half margin of drafting on (is
 drafting paying again? its steps after the first are steady and move the realised rate; each probe that
 says no doubles the interval, up to `BACKOFF` times, or `BACKOFF_FAR` times while the last probe's steady
-steps measured drafting more than `FAR` below plain decoding; a probe whose draft is cold in the call, and
+steps measured drafting more than `FAR` below plain decoding, the next then waiting `BACKOFF` intervals at
+once; a probe whose draft is cold in the call, and
 so pays its whole prompt prefill, waits at least `BACKOFF` intervals);
 while drafting pays, one at D* + 2 (how far deeper trees go). The first `WARMUP` drafting steps of a
 planner are probes with the deepest cap, to calibrate it, unless the draft is cold and its prompt costly
@@ -245,6 +246,11 @@ class StepPlanner:
         if spent > 0:  # a probe just ended: how far from paying its steady steps measured drafting
             state.far = tokens / spent * self.costs.ar(context) * state.spread < 1 - FAR
             state.probe_sums = (0.0, 0.0)
+            if state.far and not state.drafting:
+                # measured far from paying: the next probe waits BACKOFF intervals at once, not after doubling
+                # up to them (on the Xeon 2-core CPU at batch 8, where the draft's trees ran 0.6-0.8x AR, a
+                # probe every 32-128 steps cost each round 2-4%: bench/results/2026-12-07-cpu-smart-334e230/)
+                state.backoff = max(state.backoff, BACKOFF)
         longest = BACKOFF_FAR if state.far else BACKOFF
         state.backoff = min(state.backoff, longest)  # drafting came near paying: probe at the shorter interval
         deepest, warmup = self.choices[-1], False

@@ -385,8 +385,8 @@ def test_the_warm_up_waits_once_its_first_probes_say_plain_decoding_wins_by_the_
     realised-rate test above: WARMUP deepest probes in a row)."""
     base = make_cost(ar_step=4e-3, loop=5e-4, layer=2.5e-3, catch_up=2.5e-3)  # a draft as slow as a target
     losing = replace(base, use_fit=False, verify_points=knee_cost(6, 1e-3).verify_points)
-    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=16)
-    planner.start(losing)
+    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=4)  # the warm-up measured drafting far from paying:
+    planner.start(losing)  # the first due probe waits BACKOFF intervals
     planner.depths = CountingDepths(0.5)
     plans = []
     for _ in range(8 * REPLAN_EVERY):

@@ -51,8 +51,9 @@ def test_probes_back_off_longest_while_drafting_is_far_from_paying():
     """While plain decoding pays, each probe that finds no gain doubles the interval to the next: up to
     BACKOFF times `probe_every` when the probe measured drafting near paying, up to BACKOFF_FAR times when
     it measured it more than FAR below plain decoding (a probe there costs several AR steps and has little
-    to find); a far planner whose probe measures drafting near paying again goes back to the shorter
-    interval. (Here drafting steps realise their plans: what they measure is what was predicted.)"""
+    to find), and then the next one waits BACKOFF intervals at once; a far planner whose probe measures
+    drafting near paying again goes back to the shorter interval. (Here drafting steps realise their plans:
+    what they measure is what was predicted.)"""
     every = 2
     near, far = StepPlanner(MAX_DEPTH, online=False, probe_every=every), StepPlanner(MAX_DEPTH, online=False,
                                                                                      probe_every=every)
@@ -64,7 +65,8 @@ def test_probes_back_off_longest_while_drafting_is_far_from_paying():
     assert 1 - FAR <= near_gain < 1 + MARGIN and 0 < far_gain < 1 - FAR  # both decode plainly
     assert max(near_gaps) == every * BACKOFF and near_gaps[-3:] == [every * BACKOFF] * 3
     assert max(far_gaps) == every * BACKOFF_FAR and far_gaps[-2:] == [every * BACKOFF_FAR] * 2
-    assert far_gaps[:3] == near_gaps[:3] == [2 * every, 4 * every, 8 * every]  # the same doubling up to there
+    assert near_gaps[:3] == [2 * every, 4 * every, 8 * every]
+    assert far_gaps[:3] == [BACKOFF * every, 2 * BACKOFF * every, 4 * BACKOFF * every]
     far.depths = RecordingDepths(0.4)  # drafting comes near paying: the next probe shortens the interval
     assert max(probe_gaps(far, steps)[0][1:]) == every * BACKOFF
 
