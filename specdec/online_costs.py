@@ -237,6 +237,12 @@ class OnlineCosts:
                         self._ar_window = deque(readings, maxlen=C_T_WINDOW)
                         self._ar_ratio = fresh
 
+    @property
+    def measuring(self) -> bool:
+        """A measurement of c_T (`measure_ar`) is under way: its warm plain steps have not all run yet (never
+        with frozen costs, which measure nothing)."""
+        return self.online and self._measuring is not None
+
     def measure_ar(self, count: int = C_T_FIRST) -> None:
         """The next `count` warm plain steps are one measurement of c_T (a planner's c_T probe while drafting
         pays, and the first plain steps of each call). Their readings join the window like any plain step's;
@@ -284,7 +290,12 @@ class OnlineCosts:
         per-width verify corrections are the profile's shape at `other`'s batch and are not carried over."""
         if not self.online:
             return
-        self.ar_seen = min(other.ar_seen, 1)
+        # Not measured at this batch size yet (ar_seen 0): the planner's first c_T probe comes after WARMUP
+        # drafting steps, not C_T_EVERY. The ratio carried over is other's, over other's profile, and can be
+        # far from this one's: on the demo pair at HumanEval batch 4 after batch 1 (one call of 42 steps on the
+        # Xeon 2-core CPU), EAGLE-3 + SMART's c_T stayed batch 1's, priced drafting at 1.05-1.10x and drafted
+        # 18 steps at 0.94x AR.
+        self.ar_seen = 0
         # a member, measured: the next measurement counts as its mean with it, two outvote it
         self._ar_window = deque([other._ar_ratio] if other._ar_window else [], maxlen=C_T_WINDOW)
         self._ar_ratio, self._since_level, self._anchoring = other._ar_ratio, other._since_level, other._anchoring

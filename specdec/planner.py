@@ -64,7 +64,9 @@ WARM_AFTER = 2  # plain steps in a row before one counts for c_T (the first afte
 REPLAN_EVERY = 8  # while plain decoding pays, the full plan runs every 8 steps (0.1-0.4 ms saved on the others)
 REPLAN_FAR = 32  # ... every 32 while the last one put drafting more than FAR below plain decoding: only c_T moves
 # between probes, and it would have to move that far to turn the decision (a full plan costs ~0.3 ms inside the
-# loop on the 2-core CPU, 7 plain steps' learning included: at every 8th step, 0.8% of a plain step at batch 1)
+# loop on the 2-core CPU, 7 plain steps' learning included: at every 8th step, 0.8% of a plain step at batch 1).
+# Not while a call's c_T is being measured: a fresh planner's first plan prices plain steps at the profile's
+# c_T, which can be 20% off (the demo pair at HumanEval batch 4 on the Xeon 2-core CPU: 4.6 ms, 5.5 measured)
 RESUME_HORIZON = 8  # steps over which a longer catch-up after plain steps is amortised when deciding
 REALISED_WEIGHT = 0.03  # per step, drafting or plain, the decay of the realised-rate sums (~33 steps count)
 C_T_EVERY = 64  # drafting steps in a row before a few plain ones re-measure c_T (the first after WARMUP)
@@ -241,7 +243,8 @@ class StepPlanner:
         going_on = state.drafting or state.probe_ended
         state.probe_ended = False
         state.drafting = 0 not in self.choices or gain > 1 + (self.margin / 2 if going_on else self.margin)
-        state.quiet = (REPLAN_FAR if gain < 1 - FAR else REPLAN_EVERY) - 1
+        # A call's first plain steps measure c_T (`start`): the plan after them weighs drafting by it
+        state.quiet = (REPLAN_FAR if gain < 1 - FAR and not self.costs.measuring else REPLAN_EVERY) - 1
         tokens, spent = state.probe_sums
         if spent > 0:  # a probe just ended: how far from paying its steady steps measured drafting
             state.far = tokens / spent * self.costs.ar(context) * state.spread < 1 - FAR

@@ -147,6 +147,25 @@ def test_plain_decoding_weighs_the_plan_only_every_few_steps(case, monkeypatch):
         assert (1 - FAR <= planner._quiet_plan.gain) == (case == "near")
 
 
+def test_a_calls_first_plans_come_every_few_steps_while_its_c_t_is_measured(monkeypatch):
+    """A call's first warm plain steps measure c_T (its first plan priced plain steps at the c_T it started
+    with): until they have, full plans come every REPLAN_EVERY steps even where drafting is far from
+    paying, then every REPLAN_FAR."""
+    cost = make_cost(ar_step=4e-3, loop=5e-4, layer=5e-3, catch_up=5e-3)  # drafting hopeless
+    planner = StepPlanner(MAX_DEPTH, probe_every=1000)
+    planner.start(cost)
+    planner.depths = FixedDepths(0.9)
+    full = []
+    predict = planner.predict
+    for step in range(3 * REPLAN_FAR):
+        monkeypatch.setattr(planner, "predict", lambda *a, step=step: full.append(step) or predict(*a))
+        if not planner.quick_plain():
+            assert planner.plan(backlog=1).depth == 0
+        planner.record(step_record(1, 1.3 * 4e-3), None)
+    assert full[:3] == [0, REPLAN_EVERY, REPLAN_EVERY + REPLAN_FAR]
+    assert planner.costs.ar(None) == pytest.approx(1.3 * 4e-3)  # measured
+
+
 class RecordingDepths(FixedDepths):
     """FixedDepths that accepts the planner's records (and learns nothing from them)."""
 
@@ -409,7 +428,8 @@ def test_the_warm_up_waits_once_its_first_probes_say_plain_decoding_wins_by_the_
 def test_a_new_batch_size_starts_from_the_nearest_one_planned():
     """A batch size met for the first time (a server's varying batches, a prompt set's ragged last batch)
     starts from the nearest batch size already planned: its mode (plain decoding here), c_T scaled by what
-    that one measured over its profile, its verify level. With none planned, from the profile."""
+    that one measured over its profile, its verify level. With none planned, from the profile. Its c_T counts
+    as not measured at its own batch size: its first c_T probe comes after WARMUP drafting steps."""
     slow = make_cost(ar_step=4e-3, loop=5e-4, layer=2.5e-3, catch_up=2.5e-3)  # a draft as slow as a target
     planner = StepPlanner(MAX_DEPTH, probe_every=1000)
     planner.depths = FixedDepths(0.5)
@@ -427,6 +447,7 @@ def test_a_new_batch_size_starts_from_the_nearest_one_planned():
     assert not planner.state.drafting and planner.state.costs.ar_step == pytest.approx(4e-3, rel=0.02)
     assert planner.state.costs.verify_level == learned.costs.verify_level
     assert planner.state.costs.ar_step != learned.costs.ar_step  # its own profile, scaled
+    assert learned.costs.ar_seen > 0 and planner.state.costs.ar_seen == 0
     fresh = StepPlanner(MAX_DEPTH, probe_every=1000)
     fresh.start(six)
     assert fresh.state.drafting and fresh.state.costs.ar_step == 5e-3
