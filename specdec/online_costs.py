@@ -291,10 +291,10 @@ class OnlineCosts:
         if not self.online:
             return
         # Not measured at this batch size yet (ar_seen 0): the planner's first c_T probe comes after WARMUP
-        # drafting steps, not C_T_EVERY. The ratio carried over is other's, over other's profile, and can be
-        # far from this one's: on the demo pair at HumanEval batch 4 after batch 1 (one call of 42 steps on the
-        # Xeon 2-core CPU), EAGLE-3 + SMART's c_T stayed batch 1's, priced drafting at 1.05-1.10x and drafted
-        # 18 steps at 0.94x AR.
+        # drafting steps, as a fresh planner's does, not after C_T_EVERY. The ratio carried over is other's,
+        # over other's profile; a supplier that drafts every step would otherwise price a new batch size by it
+        # for 64 drafting steps, and a fresh planner's profile c_T was 20% off on the Xeon 2-core CPU (the demo
+        # pair at HumanEval batch 4: 4.6 ms, 5.5 measured; bench/results/2026-12-07-cpu-eagle-smart-b1/).
         self.ar_seen = 0
         # a member, measured: the next measurement counts as its mean with it, two outvote it
         self._ar_window = deque([other._ar_ratio] if other._ar_window else [], maxlen=C_T_WINDOW)

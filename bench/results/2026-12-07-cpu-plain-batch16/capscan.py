@@ -18,7 +18,7 @@ def go(c):
                               pad_token_id=tok.pad_token_id, eos_token_id=None)[0]
 for c in sup: go(c)
 t = {c: [] for c in sup}
-for r in range(6):
+for r in range(int(sys.argv[4]) if len(sys.argv) > 4 else 6):
     for c in (caps if r % 2 == 0 else caps[::-1]):
         t[c].append(go(c).stage_seconds["verify"])
 for c in caps: print(f"capacity {c:5d} ({c % 64:2d} mod 64): verify per run median {np.median(t[c]) * 1e3:7.1f} ms")
