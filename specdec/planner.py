@@ -165,6 +165,7 @@ class StepPlanner:
             state.spread = predicted(cost.batch_size, measured)
         self.state = state
         state.probe_left, state.probe_ended = 0, False  # a probe does not run on into a new call's cold draft
+        state.quiet = min(state.quiet, REPLAN_EVERY - 1)  # the call's c_T measurement (below) is weighed soon
         self.stats = PlanStats()
         # c_T carried from the last call can be far from this one's: calls differ in speed beyond what the
         # context scaling says (Spec-Bench batch 4 on the 2-core CPU: 15-17 ms a plain step for one batch,
@@ -228,6 +229,7 @@ class StepPlanner:
         if not state.drafting and state.quiet > 0 and not probe_due:
             state.quiet -= 1  # plain decoding pays and nothing but c_T moved: no need to weigh it again yet
             self._plan = Plan(0, 1.0, ar)
+            self._arm_quick(cold)  # a call's first step: the rest of the quiet stretch is quick
             return self._plan
         length, seconds = self.predict(backlog, context)
         decide = seconds
@@ -288,11 +290,17 @@ class StepPlanner:
             self.costs.measure_ar(C_T_FIRST)
         self._plan = Plan(depth, float(length[depth]), float(seconds[depth]), probe, warmup, float(gain))
         self._quick = 0
-        if not depth and not state.drafting and not probe:  # the quiet steps before the next full plan or probe
-            threshold = self.probe_every * (max(BACKOFF, state.backoff) if cold else state.backoff)
-            self._quick = max(min(state.quiet, threshold - state.since_probe - 1), 0)
-            self._quiet_plan = self._plan
+        if not depth and not state.drafting and not probe:
+            self._arm_quick(cold)
         return self._plan
+
+    def _arm_quick(self, cold: bool) -> None:
+        """After a plain step planned by `plan` while plain decoding pays: the quiet steps before the next
+        full plan or due probe can be planned by `quick_plain`, with this step's plan."""
+        state = self.state
+        threshold = self.probe_every * (max(BACKOFF, state.backoff) if cold else state.backoff)
+        self._quick = max(min(state.quiet, threshold - state.since_probe - 1), 0)
+        self._quiet_plan = self._plan
 
     def quick_plain(self) -> bool:
         """Plan the next step here if it is one of the quiet plain steps after a full plan that chose plain

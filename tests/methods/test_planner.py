@@ -140,30 +140,40 @@ def test_plain_decoding_weighs_the_plan_only_every_few_steps(case, monkeypatch):
         predict = planner.predict
         monkeypatch.setattr(planner, "predict", lambda *a: calls.append(1) or predict(*a))
         steps = 4 * REPLAN_FAR
-        depths = [0 if quick and planner.quick_plain() else planner.plan(backlog=backlog, cold=cold).depth
-                  for _ in range(steps)]
-        assert depths == [0] * steps
+        plans = [None if quick and planner.quick_plain() else planner.plan(backlog=backlog, cold=cold)
+                 for _ in range(steps)]
+        assert all(p is None or p.depth == 0 for p in plans)
         assert len(calls) == steps // every
-        assert (1 - FAR <= planner._quiet_plan.gain) == (case == "near")
+        gains = [p.gain for p in plans if p is not None and p.gain]  # the full plans' weighed gains
+        assert len(gains) == len(calls) and all((1 - FAR <= g) == (case == "near") for g in gains)
 
 
 def test_a_calls_first_plans_come_every_few_steps_while_its_c_t_is_measured(monkeypatch):
     """A call's first warm plain steps measure c_T (its first plan priced plain steps at the c_T it started
     with): until they have, full plans come every REPLAN_EVERY steps even where drafting is far from
-    paying, then every REPLAN_FAR."""
+    paying, then every REPLAN_FAR; the next call, started in the middle of a quiet stretch, measures again
+    and weighs it within REPLAN_EVERY steps. Between full plans every step is a quick one, a call's first
+    included."""
     cost = make_cost(ar_step=4e-3, loop=5e-4, layer=5e-3, catch_up=5e-3)  # drafting hopeless
     planner = StepPlanner(MAX_DEPTH, probe_every=1000)
-    planner.start(cost)
     planner.depths = FixedDepths(0.9)
-    full = []
     predict = planner.predict
-    for step in range(3 * REPLAN_FAR):
-        monkeypatch.setattr(planner, "predict", lambda *a, step=step: full.append(step) or predict(*a))
-        if not planner.quick_plain():
-            assert planner.plan(backlog=1).depth == 0
-        planner.record(step_record(1, 1.3 * 4e-3), None)
-    assert full[:3] == [0, REPLAN_EVERY, REPLAN_EVERY + REPLAN_FAR]
-    assert planner.costs.ar(None) == pytest.approx(1.3 * 4e-3)  # measured
+    for call, seconds in enumerate((1.3 * 4e-3, 0.8 * 4e-3)):
+        planner.start(cost)
+        full, plans = [], 0
+        for step in range(2 * REPLAN_FAR + 4):
+            monkeypatch.setattr(planner, "predict", lambda *a, step=step: full.append(step) or predict(*a))
+            if not planner.quick_plain():
+                plans += 1
+                assert planner.plan(backlog=1).depth == 0
+            planner.record(step_record(1, seconds), None)
+        if call == 0:
+            assert full[:3] == [0, REPLAN_EVERY, REPLAN_EVERY + REPLAN_FAR]
+        else:  # the first call's last full plan left a quiet stretch of REPLAN_FAR steps running
+            assert full[0] < REPLAN_EVERY and full[1] - full[0] == REPLAN_FAR
+        assert plans == len(full) + (call == 1)  # the one plan without a full plan: the call's first step
+        planner.report()
+        assert planner.costs.ar(None) == pytest.approx(seconds)  # measured
 
 
 class RecordingDepths(FixedDepths):
