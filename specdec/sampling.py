@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
@@ -169,12 +170,50 @@ def accept_predicted(tree: TreeBatch, pred: Tensor) -> tuple[Tensor, Tensor, Ten
     if T == 1:  # root-only trees (plain decoding): the bonus token alone, in three small ops
         zeros = torch.zeros((B, 1), dtype=torch.int64, device=tree.device)
         return pred[:, :1], zeros[:, 0], zeros
+    if tree.device.type == "cpu":
+        return _accept_predicted_host(tree, pred)
+    return _accept_predicted_torch(tree, pred)
+
+
+def _accept_predicted_torch(tree: TreeBatch, pred: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """`accept_predicted` in torch ops on the tree's device (no host sync)."""
     parents = tree._parents
     correct = (tree.tokens == pred.gather(1, parents.clamp(min=0))) | (parents < 0)
     wrong = pack_bits(~correct & tree.valid)  # [B, W]
     path_ok = ((tree.ancestor_mask & wrong[:, None, :]) == 0).all(-1) & tree.valid
     best = torch.where(path_ok, tree.depth, -1).argmax(1)  # [B]
     return path_acceptance(tree, best, pred.gather(1, best[:, None])[:, 0])
+
+
+def _accept_predicted_host(tree: TreeBatch, pred: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """`accept_predicted` for a tree on the CPU, in numpy: the same steps (agreeing nodes, the deepest
+    node whose ancestors all agree, its path) on arrays that share the tensors' memory, in about 40 us for
+    an 8-node tree at batch 1 on the 2-core CPU against about 300 us for the torch ops' dispatch."""
+    tokens, anc, depth = tree.tokens.numpy(), tree.ancestor_mask.numpy().view(np.uint32), tree.depth.numpy()
+    B, T = tokens.shape
+    idx = np.arange(T)
+    valid = idx[None, :] < tree.num_nodes.numpy()[:, None]
+    parents = np.where(valid & (tree.parents.numpy() < idx), tree.parents.numpy(), -1)  # detached, as _parents
+    rows = np.arange(B)[:, None]
+    predicted = pred.numpy()
+    correct = (tokens == predicted[rows, np.maximum(parents, 0)]) | (parents < 0)
+    W = anc.shape[2]
+    wrong = np.zeros((B, 32 * W), dtype=bool)
+    wrong[:, :T] = ~correct & valid
+    wrong = np.packbits(wrong, axis=1, bitorder="little").view("<u4")  # [B, W], the `bits` layout
+    path_ok = ((anc & wrong[:, None, :]) == 0).all(-1) & valid
+    best = np.where(path_ok, depth, -1).argmax(1)  # [B]
+    num_accepted = depth[rows[:, 0], best]
+    L = tree.depth_bound + 1
+    on_path = np.unpackbits(anc[rows[:, 0], best].view(np.uint8), axis=1, bitorder="little")[:, :T].astype(bool)
+    node_index = np.full((B, L + 1), -1, dtype=np.int64)
+    node_index[rows, np.where(on_path, depth, L)] = idx  # off-path nodes land in a scratch column
+    node_index = node_index[:, :L]
+    nxt = np.concatenate([node_index[:, 1:], np.full((B, 1), -1, dtype=np.int64)], 1)
+    out = np.where(nxt >= 0, tokens[rows, np.maximum(nxt, 0)], -1)
+    bonus = predicted[rows[:, 0], best]
+    out = np.where(np.arange(L)[None, :] == num_accepted[:, None], bonus[:, None], out)
+    return torch.from_numpy(out), torch.from_numpy(num_accepted.copy()), torch.from_numpy(node_index.copy())
 
 
 def sample_accept(tree: TreeBatch, logits: Tensor, sampling: Sampling,

@@ -11,8 +11,8 @@ Worked example, one row, root token 7 with two children (3, 5) and a grandchild 
     parents = [-1, 0, 0, 1]         ancestors = [0b0001, 0b0011, 0b0101, 0b1011]   (bit m: node m)
     leaves  = [F, F, T, T]          paths     = [[0, 2, -1], [0, 1, 3]]   (by leaf index)
 
-Derivations are vectorised torch on the tree's device (pointer jumping, no Python loop over nodes) and
-cached on the frozen instance.
+Derivations are vectorised (pointer jumping, no Python loop over nodes) and cached on the frozen instance:
+depth and ancestors in one Triton launch on CUDA, in numpy on the CPU, the rest in torch on the tree's device.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from .ops.bits import as_int32, pack_bits, unpack_bits
-from .ops.tree_metadata import ancestor_mask_ref, depth_ref, detached_parents, tree_metadata
+from .ops.tree_metadata import ancestor_mask_ref, depth_ref, detached_parents, tree_metadata, tree_metadata_host
 
 __all__ = ["TreeBatch", "pack_bits", "unpack_bits", "prefill_mask", "prompt_tree_mask"]
 
@@ -326,8 +326,11 @@ class TreeBatch:
 
     @cached_property
     def _kernel_metadata(self) -> tuple[Tensor, Tensor] | None:
-        """(depth, ancestor_mask) for a tree on CUDA from `ops.tree_metadata` (one Triton launch when
-        Triton is installed, instead of a few dozen small torch launches); None elsewhere."""
+        """(depth, ancestor_mask) in one go instead of a few dozen small torch launches: on CUDA from
+        `ops.tree_metadata` (one Triton launch when Triton is installed), on the CPU from
+        `ops.tree_metadata_host` (numpy); None elsewhere (the torch reference)."""
+        if self.device.type == "cpu":
+            return tree_metadata_host(self.parents, self.num_nodes)
         if self.device.type != "cuda":
             return None
         return tree_metadata(self.parents, self.num_nodes)

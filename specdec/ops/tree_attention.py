@@ -161,6 +161,20 @@ def tree_attention_mask(start: Tensor, length: Tensor, tree_mask: Tensor, num_sl
     return prefix[:, None, :] | from_tree
 
 
+def _tree_attention_mask_host(start: Tensor, length: Tensor, tree_mask: Tensor, num_slots: int) -> Tensor:
+    """`tree_attention_mask` for CPU tensors, in numpy (the same mask; a few numpy calls where torch
+    dispatches a dozen small ops)."""
+    start, length, words = start.numpy(), length.numpy(), tree_mask.numpy()
+    B, T, W = words.shape
+    slots = np.arange(num_slots)
+    prefix = (slots[None, :] >= start[:, None]) & (slots[None, :] < length[:, None])  # [B, S]
+    rel = slots[None, :] - length[:, None]  # [B, S]: slot's index in the tree region
+    in_tree = (rel >= 0) & (rel < 32 * W)
+    bits = np.unpackbits(np.ascontiguousarray(words).view(np.uint8), axis=2, bitorder="little")  # [B, T, 32 W]
+    from_tree = np.take_along_axis(bits, np.clip(rel, 0, 32 * W - 1)[:, None, :].repeat(T, 1), 2).astype(bool)
+    return torch.from_numpy(prefix[:, None, :] | (from_tree & in_tree[:, None, :]))
+
+
 @dataclass(frozen=True)
 class SdpaPlan:
     """How the sdpa backend runs one forward's attention; built once per forward (`sdpa_plan`) and
@@ -207,6 +221,7 @@ def sdpa_plan(start: Tensor, length: Tensor, tree_mask: Tensor, kv_len: int, *,
     Everything else gets the dense [B, 1, T, kv_len] mask, built here once.
     """
     T = tree_mask.shape[1]
+    dense = _tree_attention_mask_host if tree_mask.device.type == "cpu" else tree_attention_mask
     if host_start is not None and host_length is not None and not host_start.any():
         same = bool((host_length == host_length[0]).all())
         if same and kv_len == int(host_length[0]) + 1 and T == 1:
@@ -214,9 +229,9 @@ def sdpa_plan(start: Tensor, length: Tensor, tree_mask: Tensor, kv_len: int, *,
         if same and causal_rows and int(host_length[0]) == 0 and kv_len == T:  # the block starts at slot 0
             if causal_rows == T:
                 return SdpaPlan(kv_len, None, causal_rows)
-            rest = tree_attention_mask(start, length, tree_mask[:, causal_rows:], kv_len)  # [B, T - causal_rows, S]
+            rest = dense(start, length, tree_mask[:, causal_rows:], kv_len)  # [B, T - causal_rows, S]
             return SdpaPlan(kv_len, rest[:, None], causal_rows)
-    return SdpaPlan(kv_len, tree_attention_mask(start, length, tree_mask, kv_len)[:, None])
+    return SdpaPlan(kv_len, dense(start, length, tree_mask, kv_len)[:, None])
 
 
 def tree_attention_sdpa(q: Tensor, k: Tensor, v: Tensor, plan: SdpaPlan, *, scale: float) -> Tensor:

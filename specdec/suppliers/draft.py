@@ -80,6 +80,8 @@ class DraftRunner:
         self.backlog = np.zeros(0, dtype=np.int64)
         self._pending = np.zeros((0, 0), dtype=np.int64)  # [B, room]: row b's backlog is [:backlog[b]]
 
+    draft_ids: Tensor | None = None  # the draft's logits are over the target's ids (an EAGLE-3 runner's may not be)
+
     @property
     def cold(self) -> bool:
         """The draft has not prefilled this call's prompts yet (its next catch-up does)."""
@@ -282,8 +284,15 @@ class DraftSupplier(Supplier):
         if not state.sampling.greedy:
             return self._sample_chain(state) if self.mode == "chain" else self._sample_tree(state)
         B, k, device = state.batch_size, self.topk, state.root.device
-        root_logp = torch.log_softmax(self.runner.catch_up().float(), dim=-1)
+        # An EAGLE-3 head's logits stay over its draft vocabulary and the children's columns are mapped to
+        # target ids (`ids`, increasing): the same log-probs as over the widened logits (-inf elsewhere), at
+        # half the width and without the widening (on the embedded head, about 5% of a step at batch 1).
+        ids = self.runner.draft_ids
+        narrow = {} if ids is None else {"narrow": True}
+        as_target = (lambda t: t) if ids is None else (lambda t: ids[t])  # noqa: E731
+        root_logp = torch.log_softmax(self.runner.catch_up(**narrow).float(), dim=-1)
         logp, tok = root_logp.topk(k, dim=-1)  # [B, k]
+        tok = as_target(tok)
         # Candidate pool in creation order: the root, then each layer's children.
         pool_tok = [state.root[:, None], tok]
         pool_par = [torch.full((B, 1), -1, device=device, dtype=torch.int64),
@@ -295,10 +304,10 @@ class DraftSupplier(Supplier):
         for d in range(1, self.depth):
             ftok = torch.cat(pool_tok, 1).gather(1, frontier)
             flogp = torch.cat(pool_logp, 1).gather(1, frontier)
-            logits = self.runner.forward_layer(ftok, parent_slot)
+            logits = self.runner.forward_layer(ftok, parent_slot, **narrow)
             child_logp = flogp[:, :, None] + torch.log_softmax(logits.float(), dim=-1)  # [B, k, V]
             clogp, ctok = child_logp.topk(k, dim=-1)  # [B, k, k]
-            pool_tok.append(ctok.flatten(1))
+            pool_tok.append(as_target(ctok.flatten(1)))
             pool_par.append(frontier[:, :, None].expand(B, k, k).flatten(1))
             pool_logp.append(clogp.flatten(1))
             best = clogp.flatten(1).topk(k, dim=-1).indices  # next frontier among the k*k children

@@ -61,6 +61,11 @@ class EagleRunner:
         return self.head.feature_layers
 
     @property
+    def draft_ids(self) -> Tensor | None:
+        """[Vd] int64, the target id of each column of a `narrow` logits row; None: no narrower logits."""
+        return self.head.draft_ids
+
+    @property
     def target_vocab(self) -> int:
         """Width of the logits it returns: the target's vocabulary (ids outside the draft vocabulary: -inf)."""
         return self.head.config.vocab_size
