@@ -17,7 +17,7 @@ steps measured drafting more than `FAR` below plain decoding, the next then wait
 once; a probe whose draft is cold in the call, and
 so pays its whole prompt prefill, waits at least `BACKOFF` intervals);
 while drafting pays, one at D* + 2 (how far deeper trees go). The first `WARMUP` drafting steps of a
-planner are probes with the deepest cap, to calibrate it, unless the draft is cold and its prompt costly
+planner are probes at the best cap, to calibrate it, unless the draft is cold and its prompt costly
 while plain decoding is predicted to win (then probes come only when due). When drafting could not pay
 even if every candidate were accepted (`_hopeless`), the draft never runs, probes included.
 
@@ -44,7 +44,9 @@ from .stages import PlanStats, StepRecord
 __all__ = ["StepRecord", "TreeFacts", "Plan", "PlanStats", "StepPlanner", "MARGIN"]
 
 MARGIN = 0.05  # a plan must beat plain decoding by 5% to start drafting (2.5% to go on)
-WARMUP = 8  # the first drafting steps of a planner are probes with the deepest cap (its calibration learns first)
+WARMUP = 8  # the first drafting steps of a planner are probes at the best cap (its calibration learns first); not
+# the deepest: a fresh planner's deep trees at batch 4 cost 2-3 AR steps each for ~2 tokens, and its one-call
+# demo cell ran 0.81-0.83x AR with them, 0.93x at the best cap (bench/results/2026-12-07-cpu-warmup-cap/)
 WARMUP_EVIDENCE = 2  # warm-up probes after which the rest wait while plain decoding is predicted to win by
 # the margin (then probes come when due, at the best cap)
 BACKOFF = 8  # while plain decoding keeps paying, the probe interval doubles up to this many times
@@ -77,7 +79,7 @@ COLD_PROBE = 4  # a cold draft's probe waits BACKOFF intervals or more only if i
 class Plan:
     """depth: the cap (0: plain step, nothing drafted); length: predicted tokens per row, bonus included;
     seconds: predicted step time; probe: taken to refresh the estimates, not because it pays; warmup: one of
-    a planner's first WARMUP drafting steps (the deepest cap, priced mostly by priors); gain: the best
+    a planner's first WARMUP drafting steps (the best cap, priced mostly by priors); gain: the best
     drafting plan's predicted speedup over a plain step as the decision weighed it (0 when not weighed)."""
 
     depth: int
@@ -267,7 +269,7 @@ class StepPlanner:
             # The rest of the warm-up waits while its first probes say plain decoding wins by the margin: at
             # HumanEval batch 16 over the EAGLE head (predicted 0.78-0.85x) its 7 deep probes cost 2-5 AR
             # steps each, one episode every few calls; where drafting pays, the warm-up runs through.
-            depth, probe, warmup = deepest, True, True
+            depth, probe, warmup = best, True, True
         elif 0 in self.choices and (state.drafting and state.since_probe >= self.probe_every or probe_due):
             # Plain decoding pays: is a tree of the best depth paying again? (Each such probe that finds no
             # drafting worth it doubles the interval to the next.) Drafting pays: how far deeper trees go.

@@ -286,7 +286,7 @@ class DraftSupplier(Supplier):
         B, k, device = state.batch_size, self.topk, state.root.device
         # An EAGLE-3 head's logits stay over its draft vocabulary and the children's columns are mapped to
         # target ids (`ids`, increasing): the same log-probs as over the widened logits (-inf elsewhere), at
-        # half the width and without the widening (on the embedded head, about 5% of a step at batch 1).
+        # half the width and without the widening (on the embedded head, ~0.2 ms of a ~10 ms step at batch 1).
         ids = self.runner.draft_ids
         narrow = {} if ids is None else {"narrow": True}
         as_target = (lambda t: t) if ids is None else (lambda t: ids[t])  # noqa: E731

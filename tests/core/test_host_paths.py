@@ -23,9 +23,13 @@ def ragged_tree(B: int, T: int, seed: int) -> TreeBatch:
     padding holds garbage parents (-7, 10**6, a forward pointer) that every path must ignore. Odd seeds
     make deep trees (a node's parent is the node before it 9 times in 10; row 0 of seed 1: one chain)."""
     rng = random.Random(seed)
-    chain = seed % 2 == 1
-    parents = torch.tensor([[-1] + [i - 1 if chain and (b == 0 and seed == 1 or rng.random() < 0.9) else rng.randrange(i)
-                                    for i in range(1, T)] for b in range(B)])
+    deep = seed % 2 == 1
+
+    def parent(b: int, i: int) -> int:
+        on_chain = deep and ((b == 0 and seed == 1) or rng.random() < 0.9)
+        return i - 1 if on_chain else rng.randrange(i)
+
+    parents = torch.tensor([[-1] + [parent(b, i) for i in range(1, T)] for b in range(B)])
     num_nodes = torch.tensor([T] + [rng.randint(1, T) for _ in range(B - 1)])
     for b in range(1, B):
         pad = torch.arange(T) >= num_nodes[b]
@@ -68,7 +72,8 @@ def test_metadata_of_a_worked_example_and_bad_devices():
     assert depth.tolist() == [[0, 1, 1, 2]] and mask[..., 0].tolist() == [[0b0001, 0b0011, 0b0101, 0b1011]]
     if torch.cuda.is_available():
         with pytest.raises(ValueError, match="parents"):
-            ops.tree_metadata_host(torch.zeros(1, 2, dtype=torch.int64, device="cuda"), torch.ones(1, dtype=torch.int64))
+            ops.tree_metadata_host(torch.zeros(1, 2, dtype=torch.int64, device="cuda"),
+                                   torch.ones(1, dtype=torch.int64))
 
 
 @pytest.mark.parametrize("B,T", [s for s in SHAPES if s[1] > 1])

@@ -366,6 +366,12 @@ class CountingDepths(RecordingDepths):
         self.steps += 1
 
 
+def best_cap(planner) -> int:
+    """The cap a plan at backlog 1 weighs best: the highest predicted tokens per second (no catch-up to amortise)."""
+    length, seconds = planner.predict(1, None)
+    return max(range(1, len(length)), key=lambda d: length[d] / seconds[d])
+
+
 def test_warm_up_probes_do_not_move_the_realised_rate():
     """The warm-up probes are priced by the priors they exist to replace: however far they miss their plans
     (here at half the tokens in twice the seconds, steady steps all), the realised rate stays 1 and the
@@ -373,8 +379,12 @@ def test_warm_up_probes_do_not_move_the_realised_rate():
     planner = StepPlanner(MAX_DEPTH, online=False, probe_every=1000)
     planner.start(knee_cost(6, 1e-3))
     planner.depths = CountingDepths(0.9)
-    plans = [draft_step(planner, 0.5, share=0.5) for _ in range(WARMUP)]
-    assert all(p.probe and p.depth == MAX_DEPTH for p in plans)
+    plans, best = [], []
+    for _ in range(WARMUP):
+        best.append(best_cap(planner))
+        plans.append(draft_step(planner, 0.5, share=0.5))
+    assert all(p.probe and p.warmup for p in plans)
+    assert [p.depth for p in plans] == best and min(best) < MAX_DEPTH  # at the best cap, not the deepest
     assert planner.state.realised == 1.0
     plan = draft_step(planner, 0.5, share=0.5)  # frozen costs: no plain steps re-measure c_T after the warm-up
     assert not plan.probe
@@ -382,7 +392,7 @@ def test_warm_up_probes_do_not_move_the_realised_rate():
 
 
 def test_warm_up_probes_skip_a_costly_cold_prompt_where_plain_decoding_is_predicted_to_win():
-    """The first WARMUP drafting steps of a planner use the deepest cap, to calibrate it, even where its prior
+    """The first WARMUP drafting steps of a planner probe at the best cap, to calibrate it, even where its prior
     says plain decoding wins (the prior's acceptance is a guess: one probe per full plan then). Not when such
     a probe would pay a cold draft's whole prompt prefill, about 8 plain steps: there, and only there, probes
     come when due."""
@@ -392,7 +402,7 @@ def test_warm_up_probes_skip_a_costly_cold_prompt_where_plain_decoding_is_predic
     paying.depths.steps = 0  # before the warm-up
     assert paying.costs.catch_up(36) > COLD_PROBE * paying.costs.ar(None)
     plans = [paying.plan(backlog=36, cold=True) for _ in range(WARMUP)]
-    assert all(p.depth == MAX_DEPTH and p.probe for p in plans)
+    assert all(p.depth > 0 and p.probe and p.warmup for p in plans)
     base = make_cost(ar_step=4e-3, loop=5e-4, layer=2.5e-3, catch_up=2.5e-3)  # a draft as slow as a target
     losing = replace(base, use_fit=False, verify_points=knee_cost(6, 1e-3).verify_points)
     planner = StepPlanner(MAX_DEPTH, online=False, probe_every=1000)
@@ -403,22 +413,27 @@ def test_warm_up_probes_skip_a_costly_cold_prompt_where_plain_decoding_is_predic
     planner.start(losing)  # a warm draft (or a cheap prompt): the warm-up runs though plain decoding is predicted
     length, seconds = planner.predict(1, None)
     assert np.all(length[1:] * planner.costs.ar(None) / seconds[1:] < 1)  # every cap predicted slower than plain
-    plans = [planner.plan(backlog=1) for _ in range(2 * REPLAN_EVERY)]  # one per full plan, while plain wins
-    assert [p.depth for p in plans] == ([MAX_DEPTH] + [0] * (REPLAN_EVERY - 1)) * 2 and plans[0].probe
+    plans, best = [], []
+    for _ in range(2 * REPLAN_EVERY):  # one per full plan, while plain wins
+        best.append(best_cap(planner))
+        plans.append(planner.plan(backlog=1))
+    assert [p.depth > 0 for p in plans] == ([True] + [False] * (REPLAN_EVERY - 1)) * 2 and plans[0].probe
+    assert all(p.depth == b for p, b in zip(plans, best) if p.depth)
 
 
 def test_the_warm_up_waits_once_its_first_probes_say_plain_decoding_wins_by_the_margin():
     """The warm-up's first WARMUP_EVIDENCE probes run however the prediction reads; after them, while plain
     decoding is predicted to win by the margin, the rest of the warm-up waits: plain steps, and a probe at
     the best cap only when one is due. Where drafting is predicted to pay, every warm-up probe runs (the
-    realised-rate test above: WARMUP deepest probes in a row)."""
+    realised-rate test above: WARMUP probes in a row)."""
     base = make_cost(ar_step=4e-3, loop=5e-4, layer=2.5e-3, catch_up=2.5e-3)  # a draft as slow as a target
     losing = replace(base, use_fit=False, verify_points=knee_cost(6, 1e-3).verify_points)
     planner = StepPlanner(MAX_DEPTH, online=False, probe_every=4)  # the warm-up measured drafting far from paying:
     planner.start(losing)  # the first due probe waits BACKOFF intervals
     planner.depths = CountingDepths(0.5)
-    plans = []
+    plans, best = [], []
     for _ in range(8 * REPLAN_EVERY):
+        best.append(best_cap(planner))
         plan = planner.plan(backlog=1)
         plans.append(plan)
         if plan.depth:  # a drafting step at its planned speed and length, learned at once
@@ -427,8 +442,8 @@ def test_the_warm_up_waits_once_its_first_probes_say_plain_decoding_wins_by_the_
         else:
             planner.record(StepRecord(1, np.array([1.0]), 0.0, 0.0, plan.seconds, 0.0), None)
         planner._learn()
-    warm = [p for p in plans if p.warmup]
-    assert len(warm) == WARMUP_EVIDENCE and all(p.depth == MAX_DEPTH and p.gain < 1 - MARGIN for p in warm)
+    warm = [(p, b) for p, b in zip(plans, best) if p.warmup]
+    assert len(warm) == WARMUP_EVIDENCE and all(p.depth == b and p.gain < 1 - MARGIN for p, b in warm)
     last = max(i for i, p in enumerate(plans) if p.warmup)
     later = [p for p in plans[last + 1:] if p.depth]
     assert later and all(p.probe and not p.warmup and p.depth < MAX_DEPTH for p in later)  # due probes, best cap
