@@ -187,8 +187,8 @@ def _accept_predicted_torch(tree: TreeBatch, pred: Tensor) -> tuple[Tensor, Tens
 
 def _accept_predicted_host(tree: TreeBatch, pred: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """`accept_predicted` for a tree on the CPU, in numpy: the same steps (agreeing nodes, the deepest
-    node whose ancestors all agree, its path) on arrays that share the tensors' memory, in about 40 us for
-    an 8-node tree at batch 1 on the 2-core CPU against about 300 us for the torch ops' dispatch."""
+    node whose ancestors all agree, its path) on arrays that share the tensors' memory: the torch version's
+    ~40 small ops cost ~300 us inside the loop for an 8-node tree at batch 1 on the 2-core CPU, this ~60 us."""
     tokens, anc, depth = tree.tokens.numpy(), tree.ancestor_mask.numpy().view(np.uint32), tree.depth.numpy()
     B, T = tokens.shape
     idx = np.arange(T)
@@ -213,7 +213,7 @@ def _accept_predicted_host(tree: TreeBatch, pred: Tensor) -> tuple[Tensor, Tenso
     out = np.where(nxt >= 0, tokens[rows, np.maximum(nxt, 0)], -1)
     bonus = predicted[rows[:, 0], best]
     out = np.where(np.arange(L)[None, :] == num_accepted[:, None], bonus[:, None], out)
-    return torch.from_numpy(out), torch.from_numpy(num_accepted.copy()), torch.from_numpy(node_index.copy())
+    return torch.from_numpy(out), torch.from_numpy(num_accepted), torch.from_numpy(node_index.copy())
 
 
 def sample_accept(tree: TreeBatch, logits: Tensor, sampling: Sampling,
