@@ -44,6 +44,7 @@ import torch
 from torch import Tensor
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
+from .ops.tree_metadata import detached_parents_host
 from .tree import TreeBatch, pack_bits, unpack_bits
 
 __all__ = ["Sampling", "GREEDY", "sample", "sample_without_replacement", "check_generator", "accept_predicted",
@@ -193,7 +194,7 @@ def _accept_predicted_host(tree: TreeBatch, pred: Tensor) -> tuple[Tensor, Tenso
     B, T = tokens.shape
     idx = np.arange(T)
     valid = idx[None, :] < tree.num_nodes.numpy()[:, None]
-    parents = np.where(valid & (tree.parents.numpy() < idx), tree.parents.numpy(), -1)  # detached, as _parents
+    parents = detached_parents_host(tree.parents, tree.num_nodes)  # as `TreeBatch._parents`
     rows = np.arange(B)[:, None]
     predicted = pred.numpy()
     correct = (tokens == predicted[rows, np.maximum(parents, 0)]) | (parents < 0)

@@ -17,8 +17,8 @@ from torch import Tensor
 from ._backend import kernel_module, resolve_backend
 from .bits import pack_bits
 
-__all__ = ["tree_metadata", "tree_metadata_ref", "tree_metadata_host", "detached_parents", "depth_ref",
-           "ancestor_mask_ref", "MAX_KERNEL_NODES"]
+__all__ = ["tree_metadata", "tree_metadata_ref", "tree_metadata_host", "detached_parents", "detached_parents_host",
+           "depth_ref", "ancestor_mask_ref", "MAX_KERNEL_NODES"]
 
 # The kernel keeps a row's [T, ceil(T/32)] mask words in registers; beyond this many nodes (128 KiB of
 # words per program) it would spill, and trees that large are prompts, which use `prefill_mask` instead.
@@ -78,10 +78,9 @@ def tree_metadata_host(parents: Tensor, num_nodes: Tensor) -> tuple[Tensor, Tens
     the reference's two dozen torch calls."""
     if parents.device.type != "cpu" or num_nodes.device.type != "cpu":
         raise ValueError(f"parents: tree_metadata_host needs CPU tensors, got {parents.device}")
-    p = parents.numpy()
+    p = detached_parents_host(parents, num_nodes)
     B, T = p.shape
     idx = np.arange(T)
-    p = np.where((idx[None, :] < num_nodes.numpy()[:, None]) & (p < idx), p, -1)  # detached_parents
     words = np.zeros((B, T, max(1, math.ceil(T / 32))), dtype=np.uint32)
     words[:, idx, idx // 32] = np.left_shift(np.uint32(1), (idx % 32).astype(np.uint32))
     depth = (p >= 0).astype(np.int64)
@@ -96,6 +95,12 @@ def tree_metadata_host(parents: Tensor, num_nodes: Tensor) -> tuple[Tensor, Tens
         depth += np.where(has, depth[rows, safe], 0)
         jump = np.where(has, jump[rows, safe], -1)
     return torch.from_numpy(depth), torch.from_numpy(words.view(np.int32))
+
+
+def detached_parents_host(parents: Tensor, num_nodes: Tensor) -> np.ndarray:
+    """`detached_parents` of CPU tensors, as a numpy array [B, T] int64."""
+    p, idx = parents.numpy(), np.arange(parents.shape[1])
+    return np.where((idx[None, :] < num_nodes.numpy()[:, None]) & (p < idx), p, -1)
 
 
 def detached_parents(parents: Tensor, num_nodes: Tensor) -> Tensor:

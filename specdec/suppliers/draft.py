@@ -70,6 +70,8 @@ class DraftRunner:
     both share, and ids it cannot embed are fed to it as 0 (`SharedVocab`).
     """
 
+    draft_ids: Tensor | None = None  # the draft's logits are over the target's ids (an EAGLE-3 runner's may not be)
+
     def __init__(self, draft: PreTrainedModel, backend: str = "auto"):
         self.draft = draft
         self.backend = backend
@@ -79,8 +81,6 @@ class DraftRunner:
         self.pending_prefill = 0  # host int: the widest row's prompt tokens still to prefill (0 once done)
         self.backlog = np.zeros(0, dtype=np.int64)
         self._pending = np.zeros((0, 0), dtype=np.int64)  # [B, room]: row b's backlog is [:backlog[b]]
-
-    draft_ids: Tensor | None = None  # the draft's logits are over the target's ids (an EAGLE-3 runner's may not be)
 
     @property
     def cold(self) -> bool:
