@@ -13,12 +13,13 @@ resumes: the decision amortises what it exceeds the usual one by over `RESUME_HO
 steps at the best cap, weighed by a full plan right after them with the half margin of drafting on (is
 drafting paying again? its steps after the first are steady and move the realised rate; each probe that
 says no doubles the interval, up to `BACKOFF` times, or `BACKOFF_FAR` times while the last probe's steady
-steps measured drafting more than `FAR` below plain decoding, the next then waiting `BACKOFF` intervals at
-once; a probe whose draft is cold in the call, and
-so pays its whole prompt prefill, waits at least `BACKOFF` intervals);
-while drafting pays, one at D* + 2 (how far deeper trees go). The first `WARMUP` drafting steps of a
-planner are probes at the best cap, to calibrate it, unless the draft is cold and its prompt costly
-while plain decoding is predicted to win (then probes come only when due). When drafting could not pay
+steps measured drafting more than `FAR` below plain decoding on `FAR_ROWS` rows or more, the next then
+waiting `BACKOFF` intervals at once; a probe whose draft is cold in the call, and so pays its whole prompt
+prefill, waits at least `BACKOFF` intervals); while drafting pays, one at D* + 2 (how far deeper trees go).
+The first `WARMUP` drafting steps of a planner are probes at the best cap, to calibrate it, unless the
+draft is cold and its prompt costly while plain decoding is predicted to win (then probes come only when
+due); once `WARMUP_EVIDENCE` of them measured `EVIDENCE_ROWS` rows, the rest wait while plain decoding is
+predicted to win by the margin. When drafting could not pay
 even if every candidate were accepted (`_hopeless`), the draft never runs, probes included.
 
 Inside a step the planner prices what the supplier asks: the step's spending so far (`spent`), the
@@ -48,9 +49,15 @@ WARMUP = 8  # the first drafting steps of a planner are probes at the best cap (
 # the deepest: a fresh planner's deep trees at batch 4 cost 2-3 AR steps each for ~2 tokens, and its one-call
 # demo cell ran 0.81-0.83x AR with them, 0.93x at the best cap (bench/results/2026-12-07-cpu-warmup-cap/)
 WARMUP_EVIDENCE = 2  # warm-up probes after which the rest wait while plain decoding is predicted to win by
-# the margin (then probes come when due, at the best cap)
+# the margin (then probes come when due, at the best cap), once they also measured EVIDENCE_ROWS rows:
+EVIDENCE_ROWS = 8  # a batch-1 step accepts 1 to 6 tokens, and two of them are no evidence. On the demo pair at
+# HumanEval batch 1 a fresh EAGLE-3 + SMART planner's first five probes accepted 3, 2, 5, 1 and 1 tokens, and it
+# decoded plainly for the next ~100 steps where the head's 4:2:8 tree ran 1.57x AR
+# (bench/results/2026-12-07-cpu-evidence/)
 BACKOFF = 8  # while plain decoding keeps paying, the probe interval doubles up to this many times
 BACKOFF_FAR = 32  # ... up to this many times while the last probe measured drafting more than FAR below plain:
+FAR_ROWS = 8  # ... measured on at least this many rows (a batch-1 probe's 3 steady steps, or one unlucky
+# warm-up step, say little: read as far, they sent the probe interval to its BACKOFF-th multiple at once)
 FAR = 0.1  # a probe costs 4-8 AR steps where drafting loses (at Spec-Bench batch 8 on the 2-core CPU, 2-3%
 # of plain decoding at 256 steps between probes); one that measured drafting near paying keeps the shorter
 # interval, since there a planner that turned plain on an unlucky stretch must soon find drafting paying again
@@ -106,7 +113,7 @@ class _BatchState:
     drafted_run: int = 0  # drafting steps since the last plain step
     c_t_probe: int = 0  # plain steps left in a c_T probe
     probe_left: int = 0  # drafting steps left in a probe from plain decoding (PROBE_STEPS in all)
-    probe_sums: tuple[float, float] = (0.0, 0.0)  # that probe's steady steps: tokens per row, seconds
+    probe_sums: tuple[float, float, int] = (0.0, 0.0, 0)  # that probe's steady steps: tokens per row, seconds, rows
     far: bool = False  # the last probe measured drafting more than FAR below plain decoding
     probe_ended: bool = False  # the last step was a probe's last: the draft is caught up
     spread: float = 1.0  # drafting steps' batch progress over their rows' mean accepted length (`spread.fold`)
@@ -135,6 +142,7 @@ class StepPlanner:
         self.choices = tuple(choices) if choices is not None else tuple(range(max_depth + 1))
         self.probe_every, self.online = probe_every, online
         self.depths = DepthStats(max_depth)
+        self.drafted_rows = 0  # rows the planner's drafting steps measured (EVIDENCE_ROWS)
         self.calibration = Calibration()
         self._batches: dict[int, _BatchState] = {}
         self.state: _BatchState | None = None
@@ -249,10 +257,10 @@ class StepPlanner:
         state.drafting = 0 not in self.choices or gain > 1 + (self.margin / 2 if going_on else self.margin)
         # A call's first plain steps measure c_T (`start`): the plan after them weighs drafting by it
         state.quiet = (REPLAN_FAR if gain < 1 - FAR and not self.costs.measuring else REPLAN_EVERY) - 1
-        tokens, spent = state.probe_sums
+        tokens, spent, rows = state.probe_sums
         if spent > 0:  # a probe just ended: how far from paying its steady steps measured drafting
-            state.far = tokens / spent * self.costs.ar(context) * state.spread < 1 - FAR
-            state.probe_sums = (0.0, 0.0)
+            state.far = rows >= FAR_ROWS and tokens / spent * self.costs.ar(context) * state.spread < 1 - FAR
+            state.probe_sums = (0.0, 0.0, 0)
             if state.far and not state.drafting:
                 # measured far from paying: the next probe waits BACKOFF intervals at once, not after doubling
                 # up to them (on the Xeon 2-core CPU at batch 8, where the draft's trees ran 0.6-0.8x AR, a
@@ -265,7 +273,8 @@ class StepPlanner:
             depth, probe = 0, False  # not even every candidate accepted would pay: no probe either
             state.since_probe = 0  # nor is one due: the next full plan comes after the quiet steps
         elif self.depths.steps < WARMUP and (state.drafting or not cold) and \
-                (self.depths.steps < WARMUP_EVIDENCE or gain >= 1 - self.margin):
+                (self.depths.steps < WARMUP_EVIDENCE or self.drafted_rows < EVIDENCE_ROWS
+                 or gain >= 1 - self.margin):
             # The rest of the warm-up waits while its first probes say plain decoding wins by the margin: at
             # HumanEval batch 16 over the EAGLE head (predicted 0.78-0.85x) its 7 deep probes cost 2-5 AR
             # steps each, one episode every few calls; where drafting pays, the warm-up runs through.
@@ -410,9 +419,10 @@ class StepPlanner:
             c.observe_draft(step, facts, context, self.host, steady=steady or self.host)
             self.stats.steps_drafted += 1
             self._realise(plan if steady and not plan.warmup else None, measured, step.seconds)
+            self.drafted_rows += rows.size
             if plan.probe and steady and not self.state.drafting:
-                tokens, seconds = self.state.probe_sums
-                self.state.probe_sums = (tokens + measured, seconds + step.seconds)
+                tokens, seconds, counted = self.state.probe_sums
+                self.state.probe_sums = (tokens + measured, seconds + step.seconds, counted + rows.size)
         self._last_tokens = 1 if plain or not rows.size else int(rows.max())
         self.state.plain_run = self.state.plain_run + 1 if plain else 0
         self.state.drafted_run = 0 if plain else self.state.drafted_run + 1

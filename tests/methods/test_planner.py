@@ -12,8 +12,9 @@ import pytest
 from specdec.cost import CostModel, Curve
 from specdec.estimates import Estimates
 from specdec.online_costs import C_T_FIRST, OnlineCosts
-from specdec.planner import (BACKOFF, C_T_EVERY, COLD_PROBE, FAR, MARGIN, PROBE_STEPS, REPLAN_EVERY, REPLAN_FAR,
-                             WARM_AFTER, WARMUP, WARMUP_EVIDENCE, StepPlanner, StepRecord, TreeFacts)
+from specdec.planner import (BACKOFF, C_T_EVERY, COLD_PROBE, EVIDENCE_ROWS, FAR, FAR_ROWS, MARGIN, PROBE_STEPS,
+                             REPLAN_EVERY, REPLAN_FAR, WARM_AFTER, WARMUP, WARMUP_EVIDENCE, Plan, StepPlanner,
+                             StepRecord, TreeFacts)
 from tests.helpers import make_cost, step_record
 
 MAX_DEPTH = 7
@@ -421,33 +422,62 @@ def test_warm_up_probes_skip_a_costly_cold_prompt_where_plain_decoding_is_predic
     assert all(p.depth == b for p, b in zip(plans, best) if p.depth)
 
 
-def test_the_warm_up_waits_once_its_first_probes_say_plain_decoding_wins_by_the_margin():
-    """The warm-up's first WARMUP_EVIDENCE probes run however the prediction reads; after them, while plain
-    decoding is predicted to win by the margin, the rest of the warm-up waits: plain steps, and a probe at
-    the best cap only when one is due. Where drafting is predicted to pay, every warm-up probe runs (the
-    realised-rate test above: WARMUP probes in a row)."""
-    base = make_cost(ar_step=4e-3, loop=5e-4, layer=2.5e-3, catch_up=2.5e-3)  # a draft as slow as a target
+def losing_warm_up(rows: int, steps: int) -> tuple[StepPlanner, list[Plan], list[int]]:
+    """A fresh planner where a draft as slow as its target loses, its drafting steps of `rows` rows each at
+    their planned speed and length, learned at once: (the planner, its `steps` plans, the best cap of each)."""
+    base = make_cost(ar_step=4e-3, loop=5e-4, layer=2.5e-3, catch_up=2.5e-3)
     losing = replace(base, use_fit=False, verify_points=knee_cost(6, 1e-3).verify_points)
-    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=4)  # the warm-up measured drafting far from paying:
-    planner.start(losing)  # the first due probe waits BACKOFF intervals
+    planner = StepPlanner(MAX_DEPTH, online=False, probe_every=4)
+    planner.start(losing)
     planner.depths = CountingDepths(0.5)
     plans, best = [], []
-    for _ in range(8 * REPLAN_EVERY):
+    for _ in range(steps):
         best.append(best_cap(planner))
         plan = planner.plan(backlog=1)
         plans.append(plan)
-        if plan.depth:  # a drafting step at its planned speed and length, learned at once
-            planner.record(StepRecord(8, np.array([plan.length]), 0.2 * plan.seconds, 0.0, 0.8 * plan.seconds, 0.0),
-                           TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=1))
+        if plan.depth:
+            planner.record(StepRecord(8, np.full(rows, plan.length), 0.2 * plan.seconds, 0.0, 0.8 * plan.seconds,
+                                      0.0), TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,),
+                                                      backlog=1))
         else:
-            planner.record(StepRecord(1, np.array([1.0]), 0.0, 0.0, plan.seconds, 0.0), None)
+            planner.record(StepRecord(1, np.ones(rows), 0.0, 0.0, plan.seconds, 0.0), None)
         planner._learn()
+    return planner, plans, best
+
+
+def test_the_warm_up_waits_once_its_first_probes_say_plain_decoding_wins_by_the_margin():
+    """The warm-up's first WARMUP_EVIDENCE probes (of EVIDENCE_ROWS rows at least) run however the
+    prediction reads; after them, while plain decoding is predicted to win by the margin, the rest of the
+    warm-up waits: plain steps, and a probe at the best cap only when one is due. Where drafting is
+    predicted to pay, every warm-up probe runs (the realised-rate test above: WARMUP probes in a row)."""
+    rows = EVIDENCE_ROWS  # a batch wide enough that WARMUP_EVIDENCE steps are evidence enough
+    planner, plans, best = losing_warm_up(rows, 8 * REPLAN_EVERY)
     warm = [(p, b) for p, b in zip(plans, best) if p.warmup]
     assert len(warm) == WARMUP_EVIDENCE and all(p.depth == b and p.gain < 1 - MARGIN for p, b in warm)
     last = max(i for i, p in enumerate(plans) if p.warmup)
     later = [p for p in plans[last + 1:] if p.depth]
     assert later and all(p.probe and not p.warmup and p.depth < MAX_DEPTH for p in later)  # due probes, best cap
+    # the warm-up measured drafting far from paying: the first due probe waits BACKOFF intervals
     assert sum(p.depth > 0 for p in plans) <= WARMUP_EVIDENCE + 2 * PROBE_STEPS  # two probes in 64 steps
+
+
+def test_single_row_steps_are_too_few_to_end_the_warm_up_or_to_call_drafting_far():
+    """At batch 1 a step accepts a whole number of tokens (1 to 6 on the demo pair), so a few steps say little:
+    the warm-up runs until its probes measured EVIDENCE_ROWS rows, and a probe whose steady steps measured
+    fewer than FAR_ROWS does not count as far from paying, so the probe interval doubles from one instead of
+    jumping to BACKOFF (on the demo pair at HumanEval batch 1 five unlucky warm-up steps kept a fresh planner
+    plain for ~100 steps where drafting ran 1.5x AR). The same losing draft as above, one row a step."""
+    assert EVIDENCE_ROWS > WARMUP_EVIDENCE and FAR_ROWS > PROBE_STEPS - 1  # what makes batch 1 differ
+    planner, plans, best = losing_warm_up(1, 8 * REPLAN_EVERY)
+    warm = [(p, b) for p, b in zip(plans, best) if p.warmup]
+    assert len(warm) == min(WARMUP, EVIDENCE_ROWS) and all(p.depth == b for p, b in warm)
+    assert not planner.state.far and not planner.state.drafting
+    # the first due probe after the warm-up: at once for one row (the interval's first multiple has passed), BACKOFF
+    # intervals after the warm-up's last probe for a wide batch
+    first = [next(i for i in range(last + 1, len(plans)) if plans[i].depth) - last for _, plans, _, last in
+             (run + (max(i for i, p in enumerate(run[1]) if p.warmup),) for run in (
+                 (planner, plans, best), losing_warm_up(EVIDENCE_ROWS, 8 * REPLAN_EVERY)))]
+    assert first[0] <= planner.probe_every and first[1] >= (BACKOFF - 1) * planner.probe_every
 
 
 def test_a_new_batch_size_starts_from_the_nearest_one_planned():

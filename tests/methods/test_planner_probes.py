@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec.planner import BACKOFF, BACKOFF_FAR, FAR, MARGIN, PROBE_STEPS, StepPlanner, StepRecord, TreeFacts
+from specdec.planner import (BACKOFF, BACKOFF_FAR, FAR, FAR_ROWS, MARGIN, PROBE_STEPS, StepPlanner, StepRecord,
+                             TreeFacts)
 from tests.methods.test_planner import MAX_DEPTH, FixedDepths, RecordingDepths, brute_force, knee_cost
 
 
@@ -30,16 +31,16 @@ def test_a_probe_from_plain_decoding_is_weighed_right_after_it(found):
 def probe_gaps(planner: StepPlanner, steps: int) -> tuple[list[int], float]:
     """The intervals between the drafting probes of `steps` steps (from one probe's start to the next's,
     less the probe's own later steps), each step learned at once (a drafting one at its planned length and
-    seconds), and the best gain a full plan weighed."""
+    seconds, FAR_ROWS rows: evidence enough to call drafting far), and the best gain a full plan weighed."""
     plans = []
     for _ in range(steps):
         plan = planner.plan()
         plans.append(plan)
         if plan.depth:
-            planner.record(StepRecord(8, np.array([plan.length]), 0.2 * plan.seconds, 0.0, 0.8 * plan.seconds, 0.0),
-                           TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=1))
+            record = StepRecord(8, np.full(FAR_ROWS, plan.length), 0.2 * plan.seconds, 0.0, 0.8 * plan.seconds, 0.0)
+            planner.record(record, TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=1))
         else:
-            planner.record(StepRecord(1, np.array([1.0]), 0.0, 0.0, plan.seconds, 0.0), None)
+            planner.record(StepRecord(1, np.ones(FAR_ROWS), 0.0, 0.0, plan.seconds, 0.0), None)
         planner._learn()
     drafting = [bool(p.probe and p.depth) for p in plans]
     starts = [i for i, d in enumerate(drafting) if d and (i == 0 or not drafting[i - 1])]
