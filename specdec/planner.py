@@ -78,7 +78,11 @@ REPLAN_FAR = 32  # ... every 32 while the last one put drafting more than FAR be
 # c_T, which can be 20% off (the demo pair at HumanEval batch 4 on the Xeon 2-core CPU: 4.6 ms, 5.5 measured)
 RESUME_HORIZON = 8  # steps over which a longer catch-up after plain steps is amortised when deciding
 REALISED_WEIGHT = 0.03  # per step, drafting or plain, the decay of the realised-rate sums (~33 steps count)
-C_T_EVERY = 64  # drafting steps in a row before a few plain ones re-measure c_T (the first after WARMUP)
+C_T_EVERY = 64  # drafting steps in a row before a few plain ones re-measure c_T (the first after WARMUP) ...
+C_T_STRETCH = 4  # ... this many times as many while a c_T C_T_DOUBT lower would not turn drafting plain: each
+C_T_DOUBT = 0.2  # re-measure is WARM_AFTER + C_T_FIRST plain steps, 7% of the steps at C_T_EVERY, and where
+# drafting ran 1.5x AR (the demo pair's EAGLE-3 head at HumanEval batch 1) each plain step gave up ~2.8 ms: 3-4%
+# of the run, to refine a unit the decision did not hinge on (bench/results/2026-12-07-cpu-c-t-stretch/)
 COLD_PROBE = 4  # a cold draft's probe waits BACKOFF intervals or more only if its catch-up costs more AR steps
 
 
@@ -289,8 +293,7 @@ class StepPlanner:
                 state.quiet, state.probe_left = 0, PROBE_STEPS - 1
         else:
             depth, probe = (best if state.drafting else 0), False
-        if depth and not probe and 0 in self.choices and self.online and \
-                state.drafted_run >= (C_T_EVERY if self.costs.ar_seen else WARMUP):
+        if depth and not probe and 0 in self.choices and self.online and state.drafted_run >= self._c_t_every(gain):
             # Drafting every step measures no plain step, and c_T, the unit of every decision, would stay the
             # profile's (the EAGLE head's profile on the demo pair: 9.1 ms at batch 1 against the AR run's
             # 6.4, so each plan looked 1.4x better than it was): WARM_AFTER + 1 plain steps re-measure it
@@ -304,6 +307,15 @@ class StepPlanner:
         if not depth and not state.drafting and not probe:
             self._arm_quick(cold)
         return self._plan
+
+    def _c_t_every(self, gain: float) -> int:
+        """Drafting steps in a row before plain steps re-measure c_T: WARMUP before its first measurement at this
+        batch size, then C_T_EVERY, or C_T_STRETCH times as many while the best plan's gain (`plan`) would keep
+        drafting on (half the margin) with a c_T C_T_DOUBT lower than the one it was priced at."""
+        if not self.costs.ar_seen:
+            return WARMUP
+        sure = gain * (1 - C_T_DOUBT) > 1 + self.margin / 2
+        return C_T_EVERY * (C_T_STRETCH if sure else 1)
 
     def _arm_quick(self, cold: bool) -> None:
         """After a plain step planned by `plan` while plain decoding pays: the quiet steps before the next

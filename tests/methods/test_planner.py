@@ -12,9 +12,9 @@ import pytest
 from specdec.cost import CostModel, Curve
 from specdec.estimates import Estimates
 from specdec.online_costs import C_T_FIRST, OnlineCosts
-from specdec.planner import (BACKOFF, C_T_EVERY, COLD_PROBE, EVIDENCE_ROWS, FAR, FAR_ROWS, MARGIN, PROBE_STEPS,
-                             REPLAN_EVERY, REPLAN_FAR, WARM_AFTER, WARMUP, WARMUP_EVIDENCE, Plan, StepPlanner,
-                             StepRecord, TreeFacts)
+from specdec.planner import (BACKOFF, C_T_DOUBT, C_T_EVERY, C_T_STRETCH, COLD_PROBE, EVIDENCE_ROWS, FAR,
+                             FAR_ROWS, MARGIN, PROBE_STEPS, REPLAN_EVERY, REPLAN_FAR, WARM_AFTER, WARMUP,
+                             WARMUP_EVIDENCE, Plan, StepPlanner, StepRecord, TreeFacts)
 from tests.helpers import make_cost, step_record
 
 MAX_DEPTH = 7
@@ -184,30 +184,37 @@ class RecordingDepths(FixedDepths):
         pass
 
 
-def test_a_planner_that_always_drafts_re_measures_c_t_with_a_few_plain_steps():
+@pytest.mark.parametrize("rate, slower, sure", [(0.7, 1.0, False), (0.9, 1.5, True)])
+def test_a_planner_that_always_drafts_re_measures_c_t_with_a_few_plain_steps(rate, slower, sure):
     """Drafting every step measures no plain step: after WARMUP drafting steps the planner takes
     WARM_AFTER + C_T_FIRST plain steps (c_T the median of the last C_T_FIRST: the first ones run cold), then
-    as many every C_T_EVERY drafting steps (C_T_FIRST more members of c_T's window)."""
+    as many every C_T_EVERY drafting steps (C_T_FIRST more members of c_T's window), or every C_T_STRETCH
+    times C_T_EVERY while a c_T C_T_DOUBT lower would still leave drafting paying (there the plain steps
+    only cost: the decision does not hinge on c_T)."""
     cost = knee_cost(6, 1e-3)
     planner = StepPlanner(MAX_DEPTH, probe_every=1000)
     planner.start(cost)
-    planner.depths = RecordingDepths(0.9)  # drafting pays by far
-    depths, first_probe = [], WARM_AFTER + C_T_FIRST
-    for _ in range(WARMUP + first_probe + C_T_EVERY + first_probe + 1):  # one drafting step learns the last
+    planner.depths = RecordingDepths(rate)
+    every = C_T_EVERY * (C_T_STRETCH if sure else 1)
+    depths, gains, first_probe = [], [], WARM_AFTER + C_T_FIRST
+    for _ in range(WARMUP + first_probe + every + first_probe + 1):  # one drafting step learns the last
         plan = planner.plan(backlog=1)
         depths.append(plan.depth)
         if plan.depth:
+            gains.append(plan.gain)
             # verification as profiled (its level stays 1: c_T's window is relative to it)
             step = StepRecord(8, np.array([plan.length]), 0.2 * plan.seconds, 0.0, cost.verify_seconds(8), 0.0)
             planner.record(step, TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=1))
-        else:  # plain steps take 1.5x the profiled c_T; one of the first probe's warm steps stalls
+        else:  # plain steps take `slower` times the profiled c_T; one of the first probe's warm steps stalls
             assert plan.probe
             stalled = len(depths) == WARMUP + WARM_AFTER + 2
-            planner.record(step_record(1, 5 * cost.ar_step if stalled else 1.5 * cost.ar_step), None)
+            planner.record(step_record(1, 5 * cost.ar_step if stalled else slower * cost.ar_step), None)
     plain = [i for i, d in enumerate(depths) if d == 0]
-    second = WARMUP + first_probe + C_T_EVERY
+    second = WARMUP + first_probe + every
     assert plain == list(range(WARMUP, WARMUP + first_probe)) + list(range(second, second + first_probe))
-    assert planner.costs.ar_seen == 2 * C_T_FIRST and planner.costs.ar(None) == pytest.approx(1.5 * cost.ar_step)
+    assert planner.costs.ar_seen == 2 * C_T_FIRST and planner.costs.ar(None) == pytest.approx(slower * cost.ar_step)
+    steady = gains[WARMUP:]  # the plans weighed at the measured c_T: the regime the case names
+    assert all((g * (1 - C_T_DOUBT) > 1 + MARGIN / 2) == sure and g > 1 + MARGIN for g in steady)
 
 
 def test_each_call_measures_c_t_afresh_when_it_runs_at_another_speed():
