@@ -21,7 +21,7 @@ real, old = P.StepPlanner.plan, [False]
 def plan(self, backlog=1, context=None, cold=False, remaining=None):
     return real(self, backlog, context, cold, None if old[0] else remaining)
 P.StepPlanner.plan = plan
-sups = {"ar": harness.make_supplier("ar", None), "old": harness.make_supplier(method, draft, cost=cost, eagle=head),
+sups = {"ar": harness.make_supplier("ar", None), "static": harness.make_supplier("eagle", None, eagle=head, eagle_shape=(4, 2, 8)), "old": harness.make_supplier(method, draft, cost=cost, eagle=head),
         "new": harness.make_supplier(method, draft, cost=cost, eagle=head)}
 def go(m):
     old[0] = m == "old"
@@ -29,15 +29,16 @@ def go(m):
                               pad_token_id=tok.pad_token_id, eos_token_id=None)[0]
 for m in sups:
     go(m)  # each planner's first run: warm-up, first c_T measurement
-sp = {"old": [], "new": []}; steps = {"old": [], "new": []}
+sp = {"old": [], "new": [], "static": []}; steps = {"old": [], "new": []}
 for p in range(passes):
-    order = ["ar", "old", "new"] if p % 2 == 0 else ["new", "old", "ar"]
+    order = ["ar", "static", "old", "new"] if p % 2 == 0 else ["new", "old", "static", "ar"]
     res = {m: go(m) for m in order}
+    sp["static"].append(res["ar"].seconds / res["static"].seconds)
     for m in ("old", "new"):
         sp[m].append(res["ar"].seconds / res[m].seconds)
         steps[m].append((res[m].plan.get("steps_drafted"), res[m].plan.get("steps_ar")))
 for m in sp:
     print(method, pset, bs, m, "speedups", np.round(sp[m], 3), "median", round(float(np.median(sp[m])), 3),
-          "(drafting, plain) steps", steps[m])
+          "(drafting, plain) steps", steps.get(m))
 r = np.array(sp["new"]) / np.array(sp["old"])
 print("new/old per pass", np.round(r, 3), "median", round(float(np.median(r)), 3))
