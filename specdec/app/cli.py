@@ -78,9 +78,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     target = load_model(args.target, dtype=args.dtype, device=args.device, tensor_parallel=args.tensor_parallel,
                         what="--target")
     draft = load_model(args.draft, dtype=args.dtype, device=str(target.device), what="--draft") if args.draft else None
-    smart = {"alpha": args.alpha, "budget": args.budget, "benefit": args.benefit, "topk": args.topk,
-             "frontier": args.frontier, "max_depth": args.max_depth, "padding_aware": args.padding_aware,
-             "planner": not args.no_planner}
+    smart = {"alpha": args.alpha, "budget": args.budget, "benefit": args.benefit, "selection": args.selection,
+             "topk": args.topk, "frontier": args.frontier, "max_depth": args.max_depth,
+             "padding_aware": args.padding_aware, "planner": not args.no_planner}
     smart = {k: v for k, v in smart.items() if v is not None or k == "budget"}  # unset: the supplier's defaults
     eagle = load_eagle(args.eagle, target, args.target) if "eagle" in method.needs else None
     drafter = eagle if "eagle" in method.needs else draft  # eagle-smart: --profile taken with the head

@@ -35,7 +35,7 @@ __all__ = ["METHODS", "PROMPT_SETS", "MethodResult", "Run", "environment", "load
 # SmartSupplier options a bench variant may set ("alpha=0.5,budget=64"; "default" sets none).
 SMART_OPTIONS = {"alpha": float, "budget": int, "benefit": str, "topk": int, "frontier": int, "max_depth": int,
                  "padding_aware": bool, "early_stop": bool, "planner": bool, "online": bool, "margin": float,
-                 "probe_every": int, "reprofile": bool, "realise": bool,
+                 "probe_every": int, "reprofile": bool, "realise": bool, "selection": str,
                  "fit_batch": int}  # fit_batch=b: the cost model of batch b at every batch size (online-cost experiments)
 PROMPT_SETS = ("humaneval", "spec_bench")
 

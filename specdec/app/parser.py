@@ -47,6 +47,9 @@ def add_smart_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=float, default=0.8, help="SMART's aggressiveness (smart)")
     parser.add_argument("--benefit", choices=("paper", "expected"), default=None,
                         help="SMART's benefit rule (default: SmartSupplier's, expected)")
+    parser.add_argument("--selection", choices=("global", "layered"), default=None,
+                        help="SMART's tree: one ranking of every layer's candidates, or each layer kept before the "
+                        "next is drafted (default: SmartSupplier's, global)")
     parser.add_argument("--frontier", type=int, default=None,
                         help="nodes forwarded per layer and row (smart; default: SmartSupplier's)")
     parser.add_argument("--max-depth", type=int, default=12, help="most layers of a SMART tree")

@@ -54,11 +54,12 @@ from ..verify import Acceptance, vocab_size
 from .base import Supplier, check_within, position_limit, root_only
 from .draft import DraftRunner
 from .eagle import EagleRunner
-from .smart_host import HostTree, Rule, candidates
+from .smart_host import HostTree, PoolTree, Rule, candidates
 
 __all__ = ["SmartSupplier"]
 
 BENEFITS = ("paper", "expected")
+SELECTIONS = ("global", "layered")
 
 
 class SmartSupplier(Supplier):
@@ -76,6 +77,9 @@ class SmartSupplier(Supplier):
     benefit:       "paper" (P(u) / |paths|, the current leaves) or "expected" (P(u)).
     padding_aware: price nodes against the batch's padded width (module docstring); batches only.
     early_stop:    one host sync per layer: stop growing when no row grows or the next layer cannot pay.
+    selection:     "global" (the rule over every layer's candidates in one ranking: `smart_host.PoolTree`)
+                   or "layered" (each layer's candidates kept or dropped before the next layer is drafted);
+                   None: "global" with early_stop, "layered" without (the device rule is layered).
     planner:       False: draft every step with the deepest cap (no plain steps, no probes).
     online:        refresh the costs from the loop's timers (False: the profile's costs throughout).
     realise:       scale the predicted gain of drafting by the drafting steps' realised rate over their
@@ -88,7 +92,8 @@ class SmartSupplier(Supplier):
 
     def __init__(self, draft: PreTrainedModel | EagleHead, cost_model: CostModel | Profile, *, alpha: float = 0.8,
                  topk: int = 2, frontier: int = 2, budget: int | None = None, max_depth: int = 12,
-                 benefit: str = "expected", padding_aware: bool = True, early_stop: bool = True, planner: bool = True,
+                 benefit: str = "expected", padding_aware: bool = True, early_stop: bool = True,
+                 selection: str | None = None, planner: bool = True,
                  online: bool = True, margin: float = MARGIN, probe_every: int = 32, reprofile: bool = False,
                  realise: bool = True,
                  backend: str = "auto"):
@@ -106,6 +111,13 @@ class SmartSupplier(Supplier):
             budget = _optional_int(budget, "budget")
         if benefit not in BENEFITS:
             raise ValueError(f"benefit: {benefit!r} is not one of {BENEFITS}")
+        if selection is None:
+            selection = "global" if early_stop else "layered"
+        if selection not in SELECTIONS:
+            raise ValueError(f"selection: {selection!r} is not one of {SELECTIONS}")
+        if selection == "global" and not early_stop:
+            raise ValueError("selection: 'global' runs the rule on the host, one sync per layer (early_stop=True); "
+                             "early_stop=False runs the layered rule on the device")
         head = draft if isinstance(draft, EagleHead) else None
         vocab = head.config.draft_vocab_size if head is not None else vocab_size(draft)
         if topk > vocab:
@@ -114,6 +126,7 @@ class SmartSupplier(Supplier):
         self.draft, self._draft_model = draft, None if head is not None else draft
         self.alpha, self.topk, self.frontier, self.max_depth = float(alpha), topk, frontier, max_depth
         self.benefit, self.padding_aware, self.early_stop = benefit, padding_aware, early_stop
+        self.selection = selection
         self.reprofile, self.backend = reprofile, backend
         # budget None: what the layers can hold, within the widest tree the cost model measured (beyond it
         # the verify curve is extrapolated, and the caches are sized for the budget: on the demo pair at
@@ -220,7 +233,8 @@ class SmartSupplier(Supplier):
         self._facts, self._tree = None, None
         if plan.depth == 0:  # plain decoding: the draft does not run, its backlog grows
             return root_only(state.root)
-        build = self._draft if self.early_stop else self._draft_device
+        build = (self._draft_global if self.selection == "global" else self._draft) if self.early_stop \
+            else self._draft_device
         return build(state, plan.depth, backlog)
 
     def _draft(self, state: DecodeState, cap: int, backlog: int) -> TreeBatch:
@@ -267,6 +281,48 @@ class SmartSupplier(Supplier):
         to = lambda a: torch.from_numpy(np.ascontiguousarray(a[:, :n])).to(device)  # noqa: E731
         return TreeBatch(to(tree.tokens), to(tree.parents), torch.from_numpy(tree.size).to(device), to(tree.logp),
                          max_depth=depth)
+
+    def _draft_global(self, state: DecodeState, cap: int, backlog: int) -> TreeBatch:
+        """Grow each row's pool up to depth `cap` and keep its best prefix in one ranking (`PoolTree`), one
+        sync per layer; the layers' forwards are decided as `_draft`'s, against the prefix so far."""
+        B, F, k, device = state.batch_size, self.frontier, self.topk, state.root.device
+        plan = self.planner
+        pool = PoolTree(state.history[np.arange(B), state.history_len - 1], self.budget)
+        verify = plan.costs.verify_array(plan.context)
+        verify[1] = max(2 * verify[2] - verify[3], 0.0)  # the tree curve continued (see Rule)
+        narrow, vocab = ({"narrow": True}, self._vocab) if self._vocab is not None else ({}, None)
+        tokens, logp = candidates(self.runner.catch_up(**narrow)[:, None], k, vocab)  # [B, 1, k]: the root's children
+        self.runner.begin_tree(F, max(cap - 1, 1))
+        rule = lambda spent: Rule(self.alpha, plan.calibration, verify, spent, self.budget,  # noqa: E731
+                                  self.benefit == "paper", self._batch_rule(B))
+        widths, depth, used, last_start = [], 0, 0, 0
+        while True:
+            spent = plan.spent(backlog, widths)
+            pool.add(tokens, logp, plan.calibration)
+            depth += 1
+            width = pool.select(rule(spent))
+            if depth == cap or not pool.newest_active():
+                break
+            # the newest layer's best candidates (column i: every row's i-th) and the most forwarding them adds
+            front, parent, bounds = pool.frontier(F, last_start, k)
+            w = plan.frontier_width(bounds, plan.depths.onward(depth + 1), sum(pool.length), spent, width)
+            if w == 0:
+                break
+            pool.narrow(w)
+            last_start = used
+            logits = self.runner.forward_layer(torch.from_numpy(front[:, :w]).to(device),
+                                               None if depth == 1 else torch.from_numpy(parent[:, :w]).to(device),
+                                               **narrow)
+            used += w
+            widths.append(w)
+            tokens, logp = candidates(logits, k, vocab)
+        pool.select(rule(plan.spent(backlog, widths)))  # the layers forwarded are all paid now
+        tok, par, lp, edge, size, row_depth = pool.tree()
+        reached = int(row_depth.max())
+        self._facts = TreeFacts(cap, len(widths), tuple(widths), pool.widths_by_depth(), backlog, row_depth)
+        self._tree = _HostView(tok, par, size, edge)
+        to = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
+        return TreeBatch(to(tok), to(par), to(size), to(lp), max_depth=reached)
 
     def _draft_device(self, state: DecodeState, cap: int, backlog: int) -> TreeBatch:
         """`early_stop=False`: `cap` layers at the full frontier, K2's per-row rule on the device (the
@@ -336,6 +392,13 @@ class SmartSupplier(Supplier):
             lp = torch.cat([lp, lp.new_full((B, w - take), float("-inf"))], 1)
             par = torch.cat([par, par.new_zeros(B, w - take)], 1)
         return tok, lp, par
+
+
+class _HostView:
+    """A step's selected trees as `commit` hands them to the planner's calibration (`HostTree`'s fields)."""
+
+    def __init__(self, tokens: np.ndarray, parents: np.ndarray, size: np.ndarray, edge: np.ndarray):
+        self.tokens, self.parents, self.size, self.edge = tokens, parents, size, edge
 
 
 def _optional_int(value: object, name: str) -> int:

@@ -34,7 +34,7 @@ from torch import Tensor
 
 from ..ops.smart_expand import _top_children
 
-__all__ = ["HostTree", "Rule", "candidates"]
+__all__ = ["HostTree", "PoolTree", "Rule", "candidates"]
 
 SMALL = 16  # candidates in a layer (rows x frontier x k) up to which `HostTree.grow` runs in Python floats
 
@@ -167,43 +167,20 @@ class HostTree:
         calibrated = rule.calibrate(edge).tolist()
         parent_cal = (self.cal[self._rows[:, None], self.front_node[:, :w]] * self._front_active[:, :w]).tolist()
         sizes, lengths, paths = self.size.tolist(), self.length.tolist(), self.paths.tolist()
-        alpha, v, top, budget = rule.alpha, rule.verify, len(rule.verify) - 2, rule.budget
         cal, order, gains, befores = [], [], [], []
         for b in range(B):  # each row's candidates by calibrated probability, their gain and the L before them
             row = [parent_cal[b][i // k] * c for i, c in enumerate(calibrated[b])]
             by = sorted(range(wk), key=lambda i: -row[i])  # stable: ties keep the lower index
             c_row = [row[i] for i in by]
-            gain, before, total, leaves, seen = [], [], 0.0, 0, set()
-            for i, c in zip(by, c_row):
-                total += c
-                before.append(total - c)
-                g = alpha * c
-                if rule.paper:  # a candidate after a sibling adds a leaf; the first child of a node does not
-                    slot = i // k
-                    sibling = slot in seen and c > 0
-                    g = g / (paths[b] + leaves)
-                    leaves += sibling
-                    seen.add(slot)
-                gain.append(g)
+            gain, before = _gains(c_row, [i // k for i in by], paths[b], rule)
             cal.append(c_row)
             order.append(by)
             gains.append(gain)
             befores.append(before)
         if rule.batch and B > 1:
-            keep = self._keep_small_batch(cal, gains, befores, sizes, rule)
+            keep = _batch_counts(cal, gains, befores, sizes, self.length.sum(), rule)
         else:
-            keep = []
-            for b in range(B):
-                count = 0
-                for j, c in enumerate(cal[b]):
-                    n = sizes[b] + j
-                    value = rule.spent + v[min(n, top)]
-                    slope = v[min(n + 1, top + 1)] - v[min(n, top)]
-                    if not (c > 0 and gains[b][j] * value > (lengths[b] + befores[b][j]) * max(slope, 1e-12)
-                            and n + 1 <= budget):
-                        break
-                    count += 1
-                keep.append(count)
+            keep = _row_counts(cal, gains, befores, sizes, lengths, rule)
         kept = np.zeros((B, wk))
         fed = np.zeros((B, w), dtype=bool)
         for b in range(B):
@@ -228,48 +205,6 @@ class HostTree:
         self._cand_tok, self._cand_slot = flat_tokens[self._rows[:, None], index], index // k
         self._keep_mask = np.arange(wk) < count[:, None]
         return kept
-
-    def _keep_small_batch(self, cal: list, gain: list, before: list, sizes: list, r: Rule) -> list[int]:
-        """`_keep_batch` in Python floats for `_grow_small`: each row's kept count (a prefix). cal, gain,
-        before: per row, per candidate in order; sizes: the rows' tree sizes."""
-        B, FK = len(cal), len(cal[0])
-        v, top = r.verify, len(r.verify) - 2
-        wide = max(sizes)
-        share = max((v[min(wide + 1, top + 1)] - v[min(wide, top)]) / B, 1e-12)
-        total = self.length.sum()
-        value = r.spent + v[min(wide, top)]
-        ok_under, widening = [[False] * FK for _ in range(B)], [[False] * FK for _ in range(B)]
-        col_gain, col_cal = [0.0] * FK, [0.0] * FK
-        for b in range(B):
-            run = True  # every under-width candidate before (and at) j passed
-            for j in range(FK):
-                c, n = cal[b][j], sizes[b] + j
-                if n < wide:
-                    ok = c > 0 and gain[b][j] * value > (total + before[b][j]) * share and n + 1 <= r.budget
-                    ok_under[b][j] = ok
-                    run = run and ok
-                elif run and c > 0 and n + 1 <= r.budget:
-                    widening[b][j] = True
-                    col_gain[n - wide] += gain[b][j]
-                    col_cal[n - wide] += cal[b][j]
-        under_sum = np.array([[c if ok else 0.0 for c, ok in zip(cal[b], ok_under[b])] for b in range(B)]).sum()
-        col_ok, passed, running = [], True, 0.0
-        for c in range(FK):
-            running += col_cal[c]
-            width = min(wide + c, top)
-            length = total + under_sum + running - col_cal[c]
-            slope = v[min(width + 1, top + 1)] - v[width]
-            passed = passed and col_gain[c] > 0 and col_gain[c] * (r.spent + v[width]) > length * max(slope, 1e-12)
-            col_ok.append(passed)
-        keep = []
-        for b in range(B):
-            count = 0
-            for j in range(FK):
-                if not (ok_under[b][j] or widening[b][j] and col_ok[sizes[b] + j - wide]):
-                    break
-                count += 1
-            keep.append(count)
-        return keep
 
     def frontier(self, w: int, first_slot: int) -> tuple[np.ndarray, np.ndarray]:
         """Make each row's w best kept nodes of the newest layer the frontier; returns their tokens [B, w]
@@ -335,3 +270,226 @@ class HostTree:
         col_ok = np.cumprod((col_gain > 0) & (col_gain * (r.spent + v[width]) > length * np.maximum(slope, 1e-12)))
         keep = ok_under | (widening & col_ok.astype(bool)[np.minimum(col, FK - 1)])
         return np.cumprod(keep, axis=1).astype(bool)
+
+
+
+class PoolTree:
+    """One step's candidates pooled over every layer drafted, a row per batch row (``selection="global"``).
+
+    Every candidate a layer brings (each frontier node's top-k children) joins its row's pool with its
+    calibrated path probability P (its parent's P times the calibration of its conditional probability).
+    The tree is each row's longest prefix of its pool, in P order, that passes the rule (`Rule`, with
+    |T| and L counted from the root alone): one ranking over all depths, as EAGLE-2 re-ranks its pool. The
+    layered rule (`HostTree.grow`) keeps or drops a layer's candidates before it sees the next layer's,
+    weighing the first layers against a tree of one node, so it keeps shallow siblings a deeper node would
+    have beaten. A child's P is at most its parent's, so a prefix in P order (ties: the older candidate
+    first) holds every node's parent: it is a tree, in topological order. The next layer forwards each
+    row's best candidates of the newest layer (the frontier), whether or not the prefix holds them yet.
+
+    Python lists, numpy only where a layer's arrays arrive and the tree leaves: in the loop each numpy call
+    costs 5-25 us on the 2-core CPU (its caches cold after the forwards), and a numpy version of this class
+    cost EAGLE-3 + SMART at HumanEval batch 1 ~1.7 ms a drafting step more than this one. Pool ids: 0 is the
+    root, a row's candidate i is node i + 1.
+    """
+
+    def __init__(self, root: np.ndarray, budget: int):
+        B = root.shape[0]
+        self.root, self.budget, self.batch_size = root, budget, B
+        self.tokens: list[list[int]] = [[] for _ in range(B)]
+        self.parents: list[list[int]] = [[] for _ in range(B)]  # pool id of each candidate's parent (0: root)
+        self.logp: list[list[float]] = [[] for _ in range(B)]  # raw path log-probabilities
+        self.edge: list[list[float]] = [[] for _ in range(B)]  # conditional probabilities under the drafter
+        self.cal: list[list[float]] = [[] for _ in range(B)]  # calibrated path probabilities (0: inactive)
+        self.layer: list[list[int]] = [[] for _ in range(B)]  # each candidate's depth
+        self.front: list[list[int]] = [[0] for _ in range(B)]  # the frontier's pool ids (0: the root)
+        self.kept = [0] * B  # each row's prefix length (`select`)
+        self.length = [1.0] * B  # each row's L
+        self._order: list[list[int]] = [[] for _ in range(B)]  # each row's pool in P order
+        self._newest = (0, 0)  # the newest layer's candidates: first pool index and count (every row alike)
+
+    def add(self, tokens: np.ndarray, child_logp: np.ndarray, calibrate: Callable[[np.ndarray], np.ndarray]) -> None:
+        """The children [B, w, k] of the frontier (its first w nodes) join the pools."""
+        B, w, k = tokens.shape
+        edge = np.exp(child_logp.astype(np.float64))
+        calibrated, edge = calibrate(edge).tolist(), edge.tolist()
+        toks, lps = tokens.tolist(), child_logp.tolist()
+        self._newest = (len(self.tokens[0]), w * k)
+        for b in range(B):
+            tok, par, lp, ed, cal, lay = (self.tokens[b], self.parents[b], self.logp[b], self.edge[b], self.cal[b],
+                                          self.layer[b])
+            for s, node in enumerate(self.front[b][:w]):  # node -1: an inactive slot
+                root = node == 0
+                p_cal = 1.0 if root else 0.0 if node < 0 else cal[node - 1]
+                p_lp, depth = (0.0, 1) if node <= 0 else (lp[node - 1], lay[node - 1] + 1)
+                for j in range(k):
+                    tok.append(toks[b][s][j])
+                    par.append(max(node, 0))
+                    lp.append(p_lp + lps[b][s][j])
+                    ed.append(edge[b][s][j])
+                    cal.append(p_cal * calibrated[b][s][j])
+                    lay.append(depth)
+
+    def newest_active(self) -> bool:
+        """Whether any row's newest layer holds a candidate that may join (P > 0)."""
+        first, count = self._newest
+        return any(c > 0 for row in self.cal for c in row[first:first + count])
+
+    def select(self, rule: Rule) -> int:
+        """Each row's longest prefix of its pool, in P order, that passes `rule`; returns the padded width."""
+        B = self.batch_size
+        cal, gains, befores = [], [], []
+        for b in range(B):
+            row = self.cal[b]
+            order = sorted(range(len(row)), key=lambda i: -row[i])  # stable: ties keep the older candidate
+            c_row = [row[i] for i in order]
+            gain, before = _gains(c_row, [self.parents[b][i] for i in order], 1.0, rule)
+            self._order[b] = order
+            cal.append(c_row)
+            gains.append(gain)
+            befores.append(before)
+        ones = [1] * B
+        if rule.batch and B > 1:
+            self.kept = _batch_counts(cal, gains, befores, ones, float(B), rule)
+        else:
+            self.kept = _row_counts(cal, gains, befores, ones, [1.0] * B, rule)
+        self.length = [1.0 + sum(c_row[:m]) for c_row, m in zip(cal, self.kept)]
+        return max(self.kept) + 1
+
+    def frontier(self, w: int, first_slot: int, k: int) -> tuple[np.ndarray, np.ndarray, list[float]]:
+        """Make each row's w best candidates of the newest layer the frontier (a row with fewer active ones
+        gets inactive slots: token 0); returns their tokens [B, w], their parents' tree-region slots [B, w]
+        (the parents' layer was forwarded from `first_slot`, a candidate's parent is its slot // k) and, per
+        column, the summed P of the rows' candidates in it (the most forwarding them can add)."""
+        first, count = self._newest
+        tokens = np.zeros((self.batch_size, w), dtype=np.int64)
+        parent = np.full((self.batch_size, w), first_slot, dtype=np.int64)
+        bounds = [0.0] * w
+        for b in range(self.batch_size):
+            cal = self.cal[b]
+            best = sorted(range(count), key=lambda i: -cal[first + i])[:w]
+            front = []
+            for col, i in enumerate(best):
+                c = cal[first + i]
+                if c > 0:
+                    tokens[b, col] = self.tokens[b][first + i]
+                    parent[b, col] += i // k
+                    bounds[col] += c
+                    front.append(first + i + 1)
+                else:
+                    front.append(-1)
+            self.front[b] = front + [-1] * (w - len(front))
+        return tokens, parent, bounds
+
+    def narrow(self, w: int) -> None:
+        """Keep the frontier's first w slots (the layer forwards only those)."""
+        self.front = [front[:w] for front in self.front]
+
+    def widths_by_depth(self) -> tuple[int, ...]:
+        """The selected trees' padded width counting their nodes down to depth d, for d = 1 .. their depth
+        (the last is the final width); (1,) for root-only trees."""
+        depths = [[self.layer[b][i] for i in self._order[b][:m]] for b, m in enumerate(self.kept)]
+        reached = max((max(d) for d in depths if d), default=0)
+        if not reached:
+            return (1,)
+        return tuple(max(sum(1 for x in d if x <= depth) for d in depths) + 1 for depth in range(1, reached + 1))
+
+    def tree(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The selected trees, root first, in P order: tokens, parents (tree indices), path log-probabilities
+        and conditional probabilities [B, n] (past a row's size: token 0, parent -1, edge 1), size [B] and
+        each row's depth [B]."""
+        B, n = self.batch_size, max(self.kept) + 1
+        tokens = [[0] * n for _ in range(B)]
+        parents = [[-1] * n for _ in range(B)]
+        logp = [[0.0] * n for _ in range(B)]
+        edge = [[1.0] * n for _ in range(B)]
+        depth = [0] * B
+        for b in range(B):
+            tokens[b][0] = int(self.root[b])
+            where = {0: 0}  # pool id -> tree index
+            for j, i in enumerate(self._order[b][:self.kept[b]], 1):
+                where[i + 1] = j
+                tokens[b][j] = self.tokens[b][i]
+                parents[b][j] = where[self.parents[b][i]]
+                logp[b][j] = self.logp[b][i]
+                edge[b][j] = self.edge[b][i]
+                depth[b] = max(depth[b], self.layer[b][i])
+        return (np.array(tokens, dtype=np.int64), np.array(parents, dtype=np.int64),
+                np.array(logp, dtype=np.float32), np.array(edge), np.array(self.kept, dtype=np.int64) + 1,
+                np.array(depth, dtype=np.int64))
+
+def _gains(c_row: list[float], slots: list[int], paths: float, rule: Rule) -> tuple[list[float], list[float]]:
+    """A row's candidates in order (calibrated probabilities c_row, their parents' slots): each one's gain
+    (alpha P, divided by the leaves before it with the paper's benefit: a candidate after a sibling adds a
+    leaf, the first child of a node does not) and the summed P of the candidates before it."""
+    gain, before, total, leaves, seen = [], [], 0.0, 0, set()
+    for slot, c in zip(slots, c_row):
+        total += c
+        before.append(total - c)
+        g = rule.alpha * c
+        if rule.paper:
+            sibling = slot in seen and c > 0
+            g = g / (paths + leaves)
+            leaves += sibling
+            seen.add(slot)
+        gain.append(g)
+    return gain, before
+
+
+def _row_counts(cal: list, gains: list, befores: list, sizes: list, lengths: list, rule: Rule) -> list[int]:
+    """Each row's kept count under the row rule (a prefix; `HostTree._keep` in Python floats). cal, gains,
+    befores: per row, per candidate in order; sizes, lengths: the rows' tree sizes and L."""
+    v, top, keep = rule.verify, len(rule.verify) - 2, []
+    for b in range(len(cal)):
+        count = 0
+        for j, c in enumerate(cal[b]):
+            n = sizes[b] + j
+            value = rule.spent + v[min(n, top)]
+            slope = v[min(n + 1, top + 1)] - v[min(n, top)]
+            if not (c > 0 and gains[b][j] * value > (lengths[b] + befores[b][j]) * max(slope, 1e-12)
+                    and n + 1 <= rule.budget):
+                break
+            count += 1
+        keep.append(count)
+    return keep
+
+
+def _batch_counts(cal: list, gain: list, before: list, sizes: list, total: float, r: Rule) -> list[int]:
+    """`HostTree._keep_batch` in Python floats (`_grow_small`, `PoolTree`): each row's kept count (a prefix).
+    cal, gain, before: per row, per candidate in order; sizes: the rows' tree sizes; total: their summed L."""
+    B, FK = len(cal), len(cal[0])
+    v, top = r.verify, len(r.verify) - 2
+    wide = max(sizes)
+    share = max((v[min(wide + 1, top + 1)] - v[min(wide, top)]) / B, 1e-12)
+    value = r.spent + v[min(wide, top)]
+    ok_under, widening = [[False] * FK for _ in range(B)], [[False] * FK for _ in range(B)]
+    col_gain, col_cal = [0.0] * FK, [0.0] * FK
+    for b in range(B):
+        run = True  # every under-width candidate before (and at) j passed
+        for j in range(FK):
+            c, n = cal[b][j], sizes[b] + j
+            if n < wide:
+                ok = c > 0 and gain[b][j] * value > (total + before[b][j]) * share and n + 1 <= r.budget
+                ok_under[b][j] = ok
+                run = run and ok
+            elif run and c > 0 and n + 1 <= r.budget:
+                widening[b][j] = True
+                col_gain[n - wide] += gain[b][j]
+                col_cal[n - wide] += cal[b][j]
+    under_sum = np.array([[c if ok else 0.0 for c, ok in zip(cal[b], ok_under[b])] for b in range(B)]).sum()
+    col_ok, passed, running = [], True, 0.0
+    for c in range(FK):
+        running += col_cal[c]
+        width = min(wide + c, top)
+        length = total + under_sum + running - col_cal[c]
+        slope = v[min(width + 1, top + 1)] - v[width]
+        passed = passed and col_gain[c] > 0 and col_gain[c] * (r.spent + v[width]) > length * max(slope, 1e-12)
+        col_ok.append(passed)
+    keep = []
+    for b in range(B):
+        count = 0
+        for j in range(FK):
+            if not (ok_under[b][j] or widening[b][j] and col_ok[sizes[b] + j - wide]):
+                break
+            count += 1
+        keep.append(count)
+    return keep

@@ -96,9 +96,11 @@ def test_identity(models, case):
     alpha = ALPHAS[arch][case]
     ids, mask = ragged_prompts([[7], [5, 11, 8]][case])
     ref = reference(target, ids, mask, 20, eos=[])
+    # the default (one ranking over the pooled layers), the layered rule on the host, the device rule
+    selection = {"qwen2": "layered", "qwen3": "layered"}.get(arch, "global")
     sup = specdec.SmartSupplier(draft, fixed_cost(**MODERATE, batch_size=ids.shape[0]), alpha=alpha, topk=3,
-                                frontier=3, max_depth=5, online=False,
-                                padding_aware=case == 1 and arch == "llama", early_stop=arch != "qwen3")
+                                frontier=3, max_depth=5, online=False, selection=selection,
+                                padding_aware=case == 1 and arch in ("llama", "qwen2"), early_stop=arch != "qwen3")
     out = generate_with(target, sup, ids, mask, 20)
     assert torch.equal(out.sequences, ref), f"{arch} alpha {alpha}"
     assert out.stats.mean_tree_size > 2 and out.stats.mean_accepted_length > 1.0  # trees were built and used
@@ -157,6 +159,8 @@ def test_profile_source_fits_the_running_batch_size():
     ({"frontier": 0}, ValueError, "frontier: expected an int >= 1"),
     ({"probe_every": 0}, ValueError, "probe_every: expected an int >= 1"),
     ({"benefit": "max"}, ValueError, "benefit: 'max' is not one of"),
+    ({"selection": "best"}, ValueError, "selection: 'best' is not one of"),
+    ({"selection": "global", "early_stop": False}, ValueError, "selection: 'global' runs the rule on the host"),
     ({"topk": VOCAB + 1}, ValueError, "topk: 97 exceeds the draft's vocabulary"),
     ({"cost_model": {"c0": 1}}, TypeError, "cost_model: expected a CostModel or a Profile"),
 ])
@@ -275,3 +279,63 @@ def test_candidates_over_a_draft_vocabulary_are_the_widened_ones():
         assert np.allclose(got_logp, want_logp, rtol=0, atol=1e-6), case
         assert set(got_tok.ravel().tolist()) <= set(ids.tolist())
     assert tied == 20
+
+
+@pytest.mark.parametrize("paper", [False, True])
+@pytest.mark.parametrize("batch", [False, True])
+def test_the_pooled_selection_is_the_rule_over_the_pool_in_probability_order(paper, batch):
+    """`PoolTree` (selection="global") keeps each row's longest prefix of its pooled candidates, in calibrated
+    probability order, that passes the rule: on random pools of 1-5 rows over 1-5 layers (ties, dead frontier
+    slots, budgets that cut the pool) its counts are those of the numpy rule (`HostTree._keep`, the batch rule
+    included) on a tree holding only the root, and the tree it returns holds every node's parent before it,
+    with each node's token, path log-probability and depth."""
+    import numpy as np
+
+    from specdec.estimates import Calibration
+    from specdec.suppliers.smart_host import HostTree, PoolTree, Rule
+
+    rng = np.random.default_rng(11)
+    checked, deep = 0, 0
+    for case in range(200):
+        calibration = Calibration()
+        p = rng.random(200)
+        calibration.observe(p, rng.random(200) < p ** 0.5)
+        steep = float(rng.choice([1.0, 30.0, 300.0]))
+        verify = np.maximum.accumulate(rng.random(80) * 2e-3) + np.linspace(4e-3, 4e-3 + 5e-3 * steep, 80)
+        budget, k, B = int(rng.integers(3, 40)), int(rng.integers(1, 4)), int(rng.integers(1, 6))
+        rule = Rule(float(rng.choice([0.5, 1.0])), calibration, verify, float(rng.random() * 5e-3), budget, paper,
+                    batch)
+        pool = PoolTree(np.full(B, 5), budget)
+        width, first = 1, 0
+        for depth in range(int(rng.integers(1, 6))):
+            logits = rng.normal(size=(B, width, k + 3)) * rng.choice([0.3, 3.0])
+            logits[..., 1] = logits[..., 0] if rng.random() < 0.3 else logits[..., 1]  # exact ties
+            logp = (logits - np.log(np.exp(logits).sum(-1, keepdims=True))).astype(np.float32)[..., :k]
+            tokens = rng.integers(0, 50, size=(B, width, k))
+            pool.add(tokens, logp, calibration)
+            pool.select(rule)
+            cal = np.array(pool.cal)
+            order = np.argsort(-cal, axis=1, kind="stable")
+            rows = np.arange(B)[:, None]
+            want = HostTree(np.full(B, 5), budget)._keep(cal[rows, order], np.array(pool.parents)[rows, order], rule)
+            assert pool.kept == want.sum(1).tolist(), (case, depth)
+            assert np.allclose(pool.length, 1 + np.where(want, cal[rows, order], 0).sum(1))
+            checked += 1
+            deep += depth > 0 and any(pool.layer[b][i] > 1 for b in range(B) for i in pool._order[b][:pool.kept[b]])
+            tok, par, lp, edge, size, row_depth = pool.tree()
+            for b in range(B):
+                assert par[b, 0] == -1 and tok[b, 0] == 5
+                for j in range(1, int(size[b])):
+                    i = pool._order[b][j - 1]
+                    assert 0 <= par[b, j] < j  # the parent is in the tree, before the node
+                    assert tok[b, j] == pool.tokens[b][i] and lp[b, j] == np.float32(pool.logp[b][i])
+                    parent = pool.parents[b][i]
+                    assert par[b, j] == (0 if parent == 0 else 1 + pool._order[b].index(parent - 1))
+                assert row_depth[b] == max([pool.layer[b][i] for i in pool._order[b][:pool.kept[b]]], default=0)
+            if not pool.newest_active():
+                break
+            width = int(rng.integers(1, 4))
+            front, parent, bounds = pool.frontier(width, first, k)
+            assert front.shape == parent.shape == (B, width) and len(bounds) == width
+            first += 1
+    assert checked > 400 and deep > 50  # pools of several layers, trees reaching past the first
