@@ -4,25 +4,31 @@ Each step, before the draft runs, the step planner (`specdec.planner`) picks a d
 `max_depth` that maximises the predicted speedup ``L(D) c_T / C_step(D)`` (the step cost model:
 `specdec.cost`); D* = 0 is a plain AR step in which the draft does not run at all (its backlog grows and the
 next drafting step catches up in one forward). When it drafts, the draft catches up, then for depth
-d = 1, 2, ... D*: the top-`topk` children of every frontier node come to the host (`smart_host`), are
-sorted by calibrated path probability P (the planner's `Calibration` of the draft's probabilities) and
-each row keeps the longest prefix passing the marginal test::
+d = 1, 2, ... D*: the top-`topk` children of every frontier node come to the host (`smart_host`) and
+join their row's pool with their calibrated path probability P (the planner's `Calibration` of the draft's
+probabilities), and each row's tree is the longest prefix of its pool, in P order, passing the marginal
+test::
 
     alpha * dL(u) * C(|T|) > L(T) * dC(|T|)       dL(u) = P(u) / |paths| ("paper") or P(u) ("expected")
 
 with C the step's cost so far (loop, catch-up, the layers forwarded) plus verification at |T| nodes and
-|paths| the tree's current leaves, updated candidate by candidate (`early_stop=False`: `ops.smart_expand`
-on the device, |paths| held per layer). With ``padding_aware`` (batches) a node that widens the
-batch's padded width W pays a new column for the whole batch and is weighed against the batch's summed
-L; one under W pays only its share of its column. Then the next layer's forward runs only if the best its
-children could add (their summed path probability is at most their parents': the frontier's mass)
-pays for the forward and one more verified column; its width is the widest row's kept candidates, at
-most `frontier`.
+|paths| the tree's current leaves, updated candidate by candidate. That is ``selection="global"`` (the
+default: `smart_host.PoolTree`, one ranking over every depth, as EAGLE-2 re-ranks its pool);
+``selection="layered"`` keeps each layer's passing prefix before the next layer is drafted (`HostTree`;
+`early_stop=False`: `ops.smart_expand` on the device, |paths| held per layer), so its first layers are
+tested against a small L and keep shallow siblings a deeper candidate would have beaten. With
+``padding_aware`` (batches) a node that widens the batch's padded width W pays a new column for the whole
+batch and is weighed against the batch's summed L; one under W pays only its share of its column. Then
+the next layer's forward runs only if the best its children could add (their summed path probability is
+at most their parents': the frontier's mass) pays for the forward and one more verified column; it
+forwards each row's best candidates of the newest layer (layered: of those kept), at most `frontier`.
 
-Worked example (one row, topk 2, frontier 2, a cap of 3): the root's children a (P .6) and b (P .3)
-pass, the tree is {root, a, b}; the frontier {a, b} has mass .9, which pays for a layer; a and b are
+Worked example (one row, topk 2, frontier 2, a cap of 3, layered): the root's children a (P .6) and b
+(P .3) pass, the tree is {root, a, b}; the frontier {a, b} has mass .9, which pays for a layer; a and b are
 forwarded; their children aa (.36), ab (.18), ba (.15), bb (.09) are sorted and the test keeps aa only;
 the frontier {aa} (mass .36) no longer pays for a forward: the tree is root -> {a -> aa, b}, 4 nodes.
+Pooled, the last ranking reads a (.6), aa (.36), b (.3), ab (.18), ...: b is tested after aa, against
+L = 1.96 rather than 1.6.
 
 Host syncs: one per layer, deliberate, reading the numbers the planner decides on (does any row grow, the
 tree's width, the kept and frontier probability mass, the rows' L); they cost microseconds on a CPU and

@@ -205,6 +205,29 @@ def test_bench_variants_parse_and_fit_batch_pins_the_cost_model():
     assert isinstance(sup.source, CostModel) and sup.source.batch_size == 1 and sup.planner.probe_every == 8
 
 
+def random_pricing(rng):
+    """A calibration learned from random verdicts and a random verify curve (steeper ones reject more)."""
+    import numpy as np
+
+    from specdec.estimates import Calibration
+
+    calibration = Calibration()
+    p = rng.random(200)
+    calibration.observe(p, rng.random(200) < p ** 0.5)
+    steep = float(rng.choice([1.0, 30.0, 300.0]))
+    verify = np.maximum.accumulate(rng.random(80) * 2e-3) + np.linspace(4e-3, 4e-3 + 5e-3 * steep, 80)
+    return calibration, verify
+
+
+def random_children(rng, B: int, width: int, k: int):
+    """Log-probabilities [B, width, k] float32 of a frontier's top-k children, exact ties now and then."""
+    import numpy as np
+
+    logits = rng.normal(size=(B, width, k + 3)) * rng.choice([0.3, 3.0])
+    logits[..., 1] = logits[..., 0] if rng.random() < 0.3 else logits[..., 1]
+    return (logits - np.log(np.exp(logits).sum(-1, keepdims=True))).astype(np.float32)[..., :k]
+
+
 @pytest.mark.parametrize("paper", [False, True])
 @pytest.mark.parametrize("batch", [False, True])
 def test_the_small_host_tree_is_the_numpy_one_to_the_bit(paper, batch):
@@ -214,24 +237,17 @@ def test_the_small_host_tree_is_the_numpy_one_to_the_bit(paper, batch):
     bookkeeping and their frontier exactly as the numpy version does, with the row rule and the batch rule."""
     import numpy as np
 
-    from specdec.estimates import Calibration
     from specdec.suppliers.smart_host import SMALL, HostTree, Rule
 
     rng = np.random.default_rng(7)
     layers, ragged = 0, 0
     for case in range(300):
-        calibration = Calibration()
-        p = rng.random(200)
-        calibration.observe(p, rng.random(200) < p ** 0.5)
-        steep = float(rng.choice([1.0, 30.0, 300.0]))  # steeper verify curves reject more, row by row
-        verify = np.maximum.accumulate(rng.random(80) * 2e-3) + np.linspace(4e-3, 4e-3 + 5e-3 * steep, 80)
+        calibration, verify = random_pricing(rng)
         budget, k, B = int(rng.integers(3, 40)), int(rng.integers(1, 5)), int(rng.integers(1, 7))
         fast, slow = (HostTree(np.full(B, 5), budget) for _ in range(2))
         width, first = 1, 0
         for depth in range(int(rng.integers(1, 7))):
-            logits = rng.normal(size=(B, width, k + 3)) * rng.choice([0.3, 3.0])
-            logits[..., 1] = logits[..., 0] if rng.random() < 0.3 else logits[..., 1]  # exact ties
-            logp = (logits - np.log(np.exp(logits).sum(-1, keepdims=True))).astype(np.float32)[..., :k]
+            logp = random_children(rng, B, width, k)
             tokens = np.stack([rng.permutation(50)[: width * k] for _ in range(B)]).reshape(B, width, k)
             # the batch rule keeps rows of one size aligned: a row-rule layer now and then makes them ragged
             rule = Rule(float(rng.choice([0.5, 1.0])), calibration, verify, float(rng.random() * 5e-3), budget,
@@ -291,26 +307,19 @@ def test_the_pooled_selection_is_the_rule_over_the_pool_in_probability_order(pap
     with each node's token, path log-probability and depth."""
     import numpy as np
 
-    from specdec.estimates import Calibration
     from specdec.suppliers.smart_host import HostTree, PoolTree, Rule
 
     rng = np.random.default_rng(11)
     checked, deep = 0, 0
     for case in range(200):
-        calibration = Calibration()
-        p = rng.random(200)
-        calibration.observe(p, rng.random(200) < p ** 0.5)
-        steep = float(rng.choice([1.0, 30.0, 300.0]))
-        verify = np.maximum.accumulate(rng.random(80) * 2e-3) + np.linspace(4e-3, 4e-3 + 5e-3 * steep, 80)
+        calibration, verify = random_pricing(rng)
         budget, k, B = int(rng.integers(3, 40)), int(rng.integers(1, 4)), int(rng.integers(1, 6))
         rule = Rule(float(rng.choice([0.5, 1.0])), calibration, verify, float(rng.random() * 5e-3), budget, paper,
                     batch)
         pool = PoolTree(np.full(B, 5), budget)
         width, first = 1, 0
         for depth in range(int(rng.integers(1, 6))):
-            logits = rng.normal(size=(B, width, k + 3)) * rng.choice([0.3, 3.0])
-            logits[..., 1] = logits[..., 0] if rng.random() < 0.3 else logits[..., 1]  # exact ties
-            logp = (logits - np.log(np.exp(logits).sum(-1, keepdims=True))).astype(np.float32)[..., :k]
+            logp = random_children(rng, B, width, k)
             tokens = rng.integers(0, 50, size=(B, width, k))
             pool.add(tokens, logp, calibration)
             pool.select(rule)
