@@ -293,7 +293,7 @@ class SmartSupplier(Supplier):
         sync per layer; the layers' forwards are decided as `_draft`'s, against the prefix so far."""
         B, F, k, device = state.batch_size, self.frontier, self.topk, state.root.device
         plan = self.planner
-        pool = PoolTree(state.history[np.arange(B), state.history_len - 1], self.budget)
+        pool = PoolTree(state.history[np.arange(B), state.history_len - 1])
         verify = plan.costs.verify_array(plan.context)
         verify[1] = max(2 * verify[2] - verify[3], 0.0)  # the tree curve continued (see Rule)
         narrow, vocab = ({"narrow": True}, self._vocab) if self._vocab is not None else ({}, None)

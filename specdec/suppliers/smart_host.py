@@ -272,7 +272,6 @@ class HostTree:
         return np.cumprod(keep, axis=1).astype(bool)
 
 
-
 class PoolTree:
     """One step's candidates pooled over every layer drafted, a row per batch row (``selection="global"``).
 
@@ -287,14 +286,14 @@ class PoolTree:
     row's best candidates of the newest layer (the frontier), whether or not the prefix holds them yet.
 
     Python lists, numpy only where a layer's arrays arrive and the tree leaves: in the loop each numpy call
-    costs 5-25 us on the 2-core CPU (its caches cold after the forwards), and a numpy version of this class
-    cost EAGLE-3 + SMART at HumanEval batch 1 ~1.7 ms a drafting step more than this one. Pool ids: 0 is the
-    root, a row's candidate i is node i + 1.
+    costs 1.5-3x what it costs alone on the 2-core CPU (the host's caches cold after the forwards:
+    bench/results/2026-12-07-cpu-selection/), and a numpy version needs some fifty calls a layer where this
+    one needs a handful. Pool ids: 0 is the root, a row's candidate i is node i + 1.
     """
 
-    def __init__(self, root: np.ndarray, budget: int):
+    def __init__(self, root: np.ndarray):
         B = root.shape[0]
-        self.root, self.budget, self.batch_size = root, budget, B
+        self.root, self.batch_size = root, B  # the rule's budget comes with each `select`
         self.tokens: list[list[int]] = [[] for _ in range(B)]
         self.parents: list[list[int]] = [[] for _ in range(B)]  # pool id of each candidate's parent (0: root)
         self.logp: list[list[float]] = [[] for _ in range(B)]  # raw path log-probabilities
@@ -318,8 +317,7 @@ class PoolTree:
             tok, par, lp, ed, cal, lay = (self.tokens[b], self.parents[b], self.logp[b], self.edge[b], self.cal[b],
                                           self.layer[b])
             for s, node in enumerate(self.front[b][:w]):  # node -1: an inactive slot
-                root = node == 0
-                p_cal = 1.0 if root else 0.0 if node < 0 else cal[node - 1]
+                p_cal = 1.0 if node == 0 else 0.0 if node < 0 else cal[node - 1]
                 p_lp, depth = (0.0, 1) if node <= 0 else (lp[node - 1], lay[node - 1] + 1)
                 for j in range(k):
                     tok.append(toks[b][s][j])
@@ -416,6 +414,7 @@ class PoolTree:
         return (np.array(tokens, dtype=np.int64), np.array(parents, dtype=np.int64),
                 np.array(logp, dtype=np.float32), np.array(edge), np.array(self.kept, dtype=np.int64) + 1,
                 np.array(depth, dtype=np.int64))
+
 
 def _gains(c_row: list[float], slots: list[int], paths: float, rule: Rule) -> tuple[list[float], list[float]]:
     """A row's candidates in order (calibrated probabilities c_row, their parents' slots): each one's gain

@@ -316,7 +316,7 @@ def test_the_pooled_selection_is_the_rule_over_the_pool_in_probability_order(pap
         budget, k, B = int(rng.integers(3, 40)), int(rng.integers(1, 4)), int(rng.integers(1, 6))
         rule = Rule(float(rng.choice([0.5, 1.0])), calibration, verify, float(rng.random() * 5e-3), budget, paper,
                     batch)
-        pool = PoolTree(np.full(B, 5), budget)
+        pool = PoolTree(np.full(B, 5))
         width, first = 1, 0
         for depth in range(int(rng.integers(1, 6))):
             logp = random_children(rng, B, width, k)
