@@ -5,14 +5,13 @@ ValuSpec's gate; acceptance and tree growth are estimated in `specdec.estimates`
 - c_T, the median of the last C_T_WINDOW plain steps in their steady state. A median, not a running mean:
   c_T is the unit of every decision, and on a shared CPU a burst of stalled steps (40-55 ms against 12-13
   at batch 8) lifted a running mean 40% for dozens of steps while the drafting prices, measured only when
-  drafting, kept their level: drafting then looked up to 1.4x better than it was. Each member is taken
-  relative to the verify stage's level of its moment and c_T carried to the current level: c_T is measured
-  only in plain steps, a few every 64 drafting steps while drafting pays, and a window spanning a whole run
-  lagged the machine's speed by up to 50%; it stays continuous when drafting resumes after plain steps
-  (`OnlineCosts._observe_level`). A c_T probe's few plain steps, or a call's first ones, that disagree with
-  it by over C_T_RESET restart the window (`OnlineCosts.measure_ar`): the level can lag a change of the
-  machine's speed, and calls differ in speed beyond what the context scaling says. While drafting, c_T is
-  also bounded by what the stretch's last steady steps spent verifying (`OnlineCosts.ar_step`).
+  drafting, kept their level: drafting then looked up to 1.4x better than it was. c_T is measured only in
+  plain steps (a few every 64 drafting steps while drafting pays) and only from them: a c_T probe's few
+  plain steps, or a call's first ones, that disagree with it by over C_T_RESET restart the window
+  (`OnlineCosts.measure_ar`), so a window spanning a run does not lag the machine's speed, and calls differ
+  in speed beyond what the context scaling says. It is not carried by the drafting steps' verify level
+  (`OnlineCosts.ar_step`: that level moved with the trees' widths, not with plain steps). While drafting,
+  c_T is also bounded by what the stretch's last steady steps spent verifying.
 - The verify stage per width: one multiplicative correction per width up to FINE and per power-of-two
   bucket beyond, shrunk toward a common level (level and shape). A tree planner's widths differ by a few
   nodes, and one correction for widths 8-15 kept the profile's shape there: a batch-1 CPU profile flat
@@ -42,11 +41,11 @@ if TYPE_CHECKING:
 __all__ = ["OnlineCosts", "C_T_WINDOW", "C_T_FIRST", "C_T_RESET"]
 
 COST_WEIGHT = 0.15  # weight of one observation in the running cost estimates
-LEVEL_WEIGHT = 0.05  # ... in the verify stage's common level, which carries c_T (a step's verify time is noisy)
+LEVEL_WEIGHT = 0.05  # ... in the verify stage's common level (a step's verify time is noisy)
 C_T_WINDOW = 31  # warm plain steps whose median is c_T (a burst of stalls shorter than half of it moves nothing)
 C_T_FIRST = 3  # warm plain steps one measurement of c_T takes (each c_T probe of the planner)
 C_T_RESET = 0.2  # a measurement whose median is further than this from c_T replaces the window (`measure_ar`)
-LEVEL_STALE = 8  # plain steps after which the verify level no longer dates c_T's newest members (`_observe_level`)
+LEVEL_STALE = 8  # plain steps after which the verify level is learned afresh by the next drafting steps
 BOUND_STEPS = 3  # steady drafting steps, newer than c_T's newest member, whose median verify bounds c_T
 CLIP = 3.0  # one step's timing moves an estimate by at most this factor (a stall is not a new cost)
 TABLE = 512  # widths and backlogs priced from precomputed tables (larger ones through the cost model)
@@ -87,7 +86,6 @@ class OnlineCosts:
         # c_T yet) and its readings (None until the first)
         self._measuring: tuple[int, float | None, list[float] | None] | None = None
         self._since_level = 0  # plain steps since the verify level last moved
-        self._anchoring = False  # the level is learned afresh after plain steps and dates c_T meanwhile
         self.verify_level, self.verify_ratio, self.verify_seen = 1.0, np.ones(BUCKETS), np.zeros(BUCKETS)
         self.level_seen = 0  # steady drafting steps behind the level (at most 1 / LEVEL_WEIGHT counted)
         self.query, self.rest = 0.0, model.loop
@@ -185,15 +183,21 @@ class OnlineCosts:
 
     @property
     def ar_step(self) -> float:
-        """c_T at the profiled context: the profile's until the first measurement, then the window's median
-        ratio carried to the verify stage's current level. c_T is measured only in plain steps (a few every
-        C_T_EVERY drafting steps while drafting pays), the verify stage in every drafting step: the level
-        carries a change of the machine's speed between c_T's measurements (on the 2-core CPU steps sped
-        up from 9 to 6 ms within a run while a window of plain steps spanning it held c_T at 9)."""
-        c_t = self.model.ar_step * self._ar_ratio * self.verify_level if self._ar_window else self.model.ar_step
+        """c_T at the profiled context: the profile's until the first measurement, then the window's median.
+
+        Plain steps alone measure it. Carried by the verify stage's level between measurements (the level
+        learned from drafting steps, a change of the machine's speed reaching both), c_T rose with the
+        drafting steps' widths: the level is their verify time over the profile's, one factor for every
+        width, and it climbed as trees grew deeper within a stretch. On the demo pair at HumanEval batch 1
+        (EAGLE-3 + SMART, Xeon 2-core CPU) c_T read 4.2 to 6.5 ms across drafting stretches (median 4.85)
+        while the plain steps between them took 3.5-4.6 ms (median 4.1), and the planner put its speedup at
+        1.45x where the run measured 1.29x; measured from plain steps alone, c_T read 3.35 ms against their
+        3.1 (bench/results/2026-12-07-cpu-c-t-plain/). A change of the machine's speed between measurements
+        is caught by the next c_T probe's restart (`measure_ar`) or, while it speeds up, by the bound below."""
+        c_t = self.model.ar_step * self._ar_ratio if self._ar_window else self.model.ar_step
         if len(self._drafted_verify) == BOUND_STEPS:
             # A plain step verifies one node where these steps verified one or more: it cannot cost more than
-            # their verify stage and its own work. Carried by the level, c_T lagged a machine that sped up as
+            # their verify stage and its own work. Measured in a slow stretch, c_T lagged a machine that sped up as
             # drafting resumed (Spec-Bench batch 4 on the 2-core CPU: plain steps at 25-29 ms, then drafting
             # steps verifying 2-3 nodes in 21-24 ms, c_T held at 27 ms for 30 steps and depth-1 trees drafted
             # at 0.87x AR by the rows' mean tokens on plans that read 1.15-1.3x:
@@ -213,14 +217,14 @@ class OnlineCosts:
         cold after the draft's forwards), while c_T stands for plain decoding in its steady state, as an AR
         baseline runs. c_T is the median of the window (module docstring): the planner's first c_T probe
         measures C_T_FIRST warm steps (their median rejects one stall), and a stall is then one outlier among
-        up to C_T_WINDOW. Each member is relative to the verify level of its moment (`ar_step`)."""
+        up to C_T_WINDOW. Each member is the step over the profile's c_T at its context."""
         self._since_level += 1
         if self.online:
             self.plain_rest = self._ema(self.plain_rest, step.propose + step.filter + step.commit) \
                 if self.plain_rest > 0 else step.propose + step.filter + step.commit
         if warm and self.online:  # the one-node verification is priced by c_T: no correction table to refresh
             self._drafted_verify.clear()  # c_T measured afresh: the drafting steps' bound is older
-            unit = self.model.ar_step * self.verify_level * self.model.context_factor(context)
+            unit = self.model.ar_step * self.model.context_factor(context)
             reading = step.seconds / unit
             if self._measuring is not None and self._measuring[2] is None:  # c_T as the measurement found it
                 self._measuring = (self._measuring[0], self._ar_ratio if self._ar_window else None, [])
@@ -246,9 +250,7 @@ class OnlineCosts:
     def measure_ar(self, count: int = C_T_FIRST) -> None:
         """The next `count` warm plain steps are one measurement of c_T (a planner's c_T probe while drafting
         pays, and the first plain steps of each call). Their readings join the window like any plain step's;
-        if their median is further than C_T_RESET from c_T as it stood, the window restarts from them.
-        Between probes the verify level carries c_T, and it can lag the machine: it is learned afresh over
-        the first 1 / LEVEL_WEIGHT steps of a drafting stretch, holding c_T as measured meanwhile. On the
+        if their median is further than C_T_RESET from c_T as it stood, the window restarts from them. On the
         2-core CPU at Spec-Bench batch 4 a stretch resumed after plain steps at 30 ms, the machine then ran
         them at 18, and a probe's one warm step at 18 ms moved a median of 31 members not at all: c_T stayed
         at 30 ms and drafting, priced at 1.6x a plain step, ran 0.78-0.96x AR over whole calls
@@ -298,7 +300,7 @@ class OnlineCosts:
         self.ar_seen = 0
         # a member, measured: the next measurement counts as its mean with it, two outvote it
         self._ar_window = deque([other._ar_ratio] if other._ar_window else [], maxlen=C_T_WINDOW)
-        self._ar_ratio, self._since_level, self._anchoring = other._ar_ratio, other._since_level, other._anchoring
+        self._ar_ratio, self._since_level = other._ar_ratio, other._since_level
         self._measuring = None
         self.rest = self.model.loop * other.rest / other.model.loop if other.model.loop > 0 else other.rest
         self.verify_level, self.level_seen = other.verify_level, other.level_seen
@@ -309,9 +311,8 @@ class OnlineCosts:
     def observe_verify(self, step: StepRecord, context: float | None, steady: bool = True) -> None:
         """Correct the verify curve at this step's padded width: its bucket, and, from a `steady` step, the
         common level. The first drafting step after plain steps verifies slower (the target's weights cold
-        after the draft's long catch-up); it corrects its bucket but not the level, which carries c_T
-        (`ar_step`): while plain decoding pays the only drafting steps are such probes, and each one lifted
-        c_T and with it every drafting plan."""
+        after the draft's long catch-up); it corrects its bucket but not the level, which prices every width
+        not measured yet: while plain decoding pays the only drafting steps are such probes."""
         if not self.online:
             return
         w = step.width
@@ -328,25 +329,17 @@ class OnlineCosts:
         self._stale = True
 
     def _observe_level(self, ratio: float) -> None:
-        """The level is the (geometric) mean of its observations until the running mean's memory is filled:
-        c_T, measured against it from the planner's ninth step on, must not see the profile's 1 fade out.
-        Every reading is within CLIP of the level before it, the first too: on a GPU the first tree of each
+        """The level is the (geometric) mean of its observations until the running mean's memory is filled
+        (a fresh planner's prices must not see the profile's 1 fade out). Every reading is within CLIP of the level before it, the first too: on a GPU the first tree of each
         new shape class compiles Triton kernels (one step of 1.1 s among steps of 5 ms on the H200), and
         taken whole as a first reading, one such step priced every drafting plan at 70x a plain step for
         the rest of the run (bench/results/2026-12-04-h200-planner-trace/); a bucket's first reading is
         held within CLIP of the level likewise (`observe_verify`).
 
-        c_T's members are dated by the level of their moment only while drafting measures it: plain steps
-        taken more than LEVEL_STALE steps after it last moved (plain decoding paying, or before any drafting
-        step) are as fresh as any estimate, while the level is not (the profile's, or an old drafting
-        stretch's). The level is then learned afresh from the next drafting steps (a mean, as at the start)
-        and taken as theirs until learned, so c_T is continuous when drafting resumes: verification inside
-        drafting steps runs slower than profiled (at batch 16 on the 2-core CPU, 1.2-1.35x, the target's
-        weights cold after the head's forwards), and carried over from the profile's level that lifted c_T
-        by 32% and with it every drafting plan (a call drafted at 0.76x AR)."""
-        old_level = self.verify_level
-        if self._ar_window and (self.level_seen == 0 or self._since_level > LEVEL_STALE):
-            self.level_seen, self._anchoring = 0, True  # a new drafting stretch: its level learned afresh
+        After more than LEVEL_STALE plain steps the level is an old drafting stretch's (or the profile's), and
+        the next drafting steps learn it afresh (a mean, as at the start)."""
+        if self.level_seen == 0 or self._since_level > LEVEL_STALE:
+            self.level_seen = 0  # a new drafting stretch: its level learned afresh
         self.level_seen = min(self.level_seen + 1, 1 / LEVEL_WEIGHT)
         if self.level_seen < 1 / LEVEL_WEIGHT:
             old = self.verify_level
@@ -354,11 +347,6 @@ class OnlineCosts:
             self.verify_level = math.exp(math.log(old) + (math.log(new) - math.log(old)) / self.level_seen)
         else:
             self.verify_level = self._ema(self.verify_level, ratio, LEVEL_WEIGHT)
-        if self._anchoring:  # until it is learned, the new level dates c_T's members: c_T stays as measured
-            keep = old_level / self.verify_level
-            self._ar_window = deque((q * keep for q in self._ar_window), maxlen=C_T_WINDOW)
-            self._ar_ratio *= keep
-            self._anchoring = self.level_seen < 1 / LEVEL_WEIGHT
         self._since_level = 0
 
     def _ema(self, old: float, new: float, weight: float = COST_WEIGHT) -> float:

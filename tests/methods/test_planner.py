@@ -202,7 +202,7 @@ def test_a_planner_that_always_drafts_re_measures_c_t_with_a_few_plain_steps(rat
         depths.append(plan.depth)
         if plan.depth:
             gains.append(plan.gain)
-            # verification as profiled (its level stays 1: c_T's window is relative to it)
+            # verification as profiled (its level stays 1)
             step = StepRecord(8, np.array([plan.length]), 0.2 * plan.seconds, 0.0, cost.verify_seconds(8), 0.0)
             planner.record(step, TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=1))
         else:  # plain steps take `slower` times the profiled c_T; one of the first probe's warm steps stalls
