@@ -76,10 +76,10 @@ class OnlineCosts:
     def __init__(self, model: CostModel, online: bool = True):
         self.model, self.online = model, online
         self.ar_seen = 0  # plain steps in their steady state that updated c_T
-        # c_T's window: each warm plain step over the profile's c_T and over the verify level of its moment
-        # (context-normalised). The profile's value is c_T until the first measurement and no member of it:
-        # the profile is one moment of the machine (one taken in a stalled minute read c_T at 50 ms where
-        # steps ran 9-10, and as a member it held c_T at 30 ms through 64 drafting steps)
+        # c_T's window: each warm plain step over the profile's c_T (context-normalised). The profile's value
+        # is c_T until the first measurement and no member of it: the profile is one moment of the machine
+        # (one taken in a stalled minute read c_T at 50 ms where steps ran 9-10, and as a member it held c_T
+        # at 30 ms through 64 drafting steps)
         self._ar_window: deque[float] = deque(maxlen=C_T_WINDOW)
         self._ar_ratio = 1.0  # the window's median
         # a measurement of c_T (`measure_ar`): its size, c_T's ratio at its first reading (None: there was no
@@ -185,15 +185,15 @@ class OnlineCosts:
     def ar_step(self) -> float:
         """c_T at the profiled context: the profile's until the first measurement, then the window's median.
 
-        Plain steps alone measure it. Carried by the verify stage's level between measurements (the level
-        learned from drafting steps, a change of the machine's speed reaching both), c_T rose with the
-        drafting steps' widths: the level is their verify time over the profile's, one factor for every
-        width, and it climbed as trees grew deeper within a stretch. On the demo pair at HumanEval batch 1
-        (EAGLE-3 + SMART, Xeon 2-core CPU) c_T read 4.2 to 6.5 ms across drafting stretches (median 4.85)
-        while the plain steps between them took 3.5-4.6 ms (median 4.1), and the planner put its speedup at
-        1.45x where the run measured 1.29x; measured from plain steps alone, c_T read 3.35 ms against their
-        3.1 (bench/results/2026-12-07-cpu-c-t-plain/). A change of the machine's speed between measurements
-        is caught by the next c_T probe's restart (`measure_ar`) or, while it speeds up, by the bound below."""
+        Plain steps alone measure it. Carried by the verify stage's level between measurements (up to 434f636: the
+        level learned from drafting steps, a change of the machine's speed reaching both), c_T rose with the
+        drafting steps' widths: the level is their verify time over the profile's, one factor for every width, and
+        it climbed as trees grew deeper within a stretch. On the demo pair at HumanEval batch 1 (EAGLE-3 + SMART,
+        Xeon 2-core CPU) it read c_T at a median 4.85 ms across drafting stretches while the plain steps between
+        them took 4.05 (in another trace 2.99 against 3.09); measured from plain steps alone, c_T read 3.28 ms
+        against their 3.28 (bench/results/2026-12-07-cpu-c-t-plain/). A change of the machine's speed between
+        measurements is caught by the next c_T probe's restart (`measure_ar`) or, while it speeds up, by the bound
+        below."""
         c_t = self.model.ar_step * self._ar_ratio if self._ar_window else self.model.ar_step
         if len(self._drafted_verify) == BOUND_STEPS:
             # A plain step verifies one node where these steps verified one or more: it cannot cost more than
@@ -329,12 +329,12 @@ class OnlineCosts:
         self._stale = True
 
     def _observe_level(self, ratio: float) -> None:
-        """The level is the (geometric) mean of its observations until the running mean's memory is filled
-        (a fresh planner's prices must not see the profile's 1 fade out). Every reading is within CLIP of the level before it, the first too: on a GPU the first tree of each
-        new shape class compiles Triton kernels (one step of 1.1 s among steps of 5 ms on the H200), and
-        taken whole as a first reading, one such step priced every drafting plan at 70x a plain step for
-        the rest of the run (bench/results/2026-12-04-h200-planner-trace/); a bucket's first reading is
-        held within CLIP of the level likewise (`observe_verify`).
+        """The level is the (geometric) mean of its observations until the running mean's memory is filled (a fresh
+        planner's prices must not see the profile's 1 fade out). Every reading is within CLIP of the level before
+        it, the first too: on a GPU the first tree of each new shape class compiles Triton kernels (one step of 1.1
+        s among steps of 5 ms on the H200), and taken whole as a first reading, one such step priced every drafting
+        plan at 70x a plain step for the rest of the run (bench/results/2026-12-04-h200-planner-trace/); a bucket's
+        first reading is held within CLIP of the level likewise (`observe_verify`).
 
         After more than LEVEL_STALE plain steps the level is an old drafting stretch's (or the profile's), and
         the next drafting steps learn it afresh (a mean, as at the start)."""

@@ -100,10 +100,10 @@ def test_c_t_is_measured_by_plain_steps_alone():
 
 
 def test_a_c_t_probe_that_disagrees_with_c_t_restarts_it():
-    """Between c_T probes c_T can lag the machine. A probe's C_T_FIRST warm steps that agree with c_T join its window; ones
-    whose median is more than C_T_RESET away replace it: one such step among C_T_WINDOW members moved
-    nothing, and the planner drafted at 1.6x a plain step's predicted worth that ran 0.8-0.96x AR. A lone
-    stalled step outside a probe stays one member."""
+    """Between c_T probes c_T can lag the machine. A probe's C_T_FIRST warm steps that agree with c_T join its
+    window; ones whose median is more than C_T_RESET away replace it: one such step among C_T_WINDOW members
+    moved nothing, and the planner drafted at 1.6x a plain step's predicted worth that ran 0.8-0.96x AR. A
+    lone stalled step outside a probe stays one member."""
     model = make_cost(ar_step=4e-3, loop=5e-4)
     costs = OnlineCosts(model)
     for _ in range(C_T_WINDOW):
