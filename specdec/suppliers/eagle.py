@@ -71,12 +71,16 @@ class EagleRunner:
         return self.head.config.vocab_size
 
     def memory_bytes(self, batch_size: int, capacity: int, region: int, width: int, layers: int) -> tuple[int, int]:
-        """(the head's cache, tree outputs and ancestry bytes, one layer's logits and their float32
-        temporaries) for `start(region=region)` and `begin_tree(width, layers)` at `batch_size`."""
+        """(the head's cache, tree outputs and ancestry bytes and the target features it may hold, one layer's
+        logits and their float32 temporaries) for `start(region=region)` and `begin_tree(width, layers)` at
+        `batch_size`. The features of every pair not read yet stay queued until the next catch-up: the
+        prompt's until the first, and under SMART every plain step's, up to the whole call (`capacity`
+        pairs a row, each len(feature_layers) target hidden states wide)."""
         c, size = self.head.config, self.head.fc.weight.element_size()
         cache = batch_size * (capacity + region) * 2 * c.num_kv_heads * c.head_dim * size  # one layer's K and V
         tree = batch_size * width * layers * (c.hidden_size * size + width * layers)  # outputs, bool ancestry
-        return cache + tree, batch_size * max(width, 1) * c.vocab_size * 16
+        features = batch_size * capacity * len(c.aux_layers) * c.target_hidden_size * size
+        return cache + tree + features, batch_size * max(width, 1) * c.vocab_size * 16
 
     def attach(self, target: PreTrainedModel) -> None:
         """The head must have been built for this target (it reads the target's embedding matrix)."""

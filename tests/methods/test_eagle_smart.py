@@ -56,6 +56,29 @@ def test_when_drafting_never_pays_the_head_never_runs(tmp_path):
 
 
 @pytest.mark.hf
+def test_memory_estimate_counts_the_features_of_a_plain_call(tmp_path):
+    """While SMART decodes plainly the head queues every step's target features for its next catch-up, up to
+    a whole call's: the memory estimate's slope per cache slot holds a pair's K/V and its features, and a call
+    decoded plainly throughout holds no more features than the estimate counts."""
+    target = eagle_target("llama")
+    head = random_head(tmp_path, target)
+    c, size = head.config, head.fc.weight.element_size()
+    per_pair = len(c.aux_layers) * c.target_hidden_size * size
+    sup = specdec.SmartSupplier(head, fixed_cost(**MODERATE, batch_size=2, layer=1.0, catch_up=1.0), topk=2,
+                                frontier=2, max_depth=4)
+    small, large = sup.memory_bytes(2, 64), sup.memory_bytes(2, 128)
+    assert large["max_depth"] - small["max_depth"] == 2 * 64 * (2 * c.num_kv_heads * c.head_dim * size + per_pair)
+    held = []
+    commit = sup.runner.commit
+    sup.runner.commit = lambda acc: (commit(acc), held.append(sum(f.nbytes for _, f, _, _ in sup.runner._chunks)))
+    ids, mask = ragged_prompts([5, 9])
+    out = generate_with(target, sup, ids, mask, 12)
+    assert out.stats.plan.steps_drafted == 0 and torch.equal(out.sequences, reference(target, ids, mask, 12, eos=[]))
+    capacity = ids.shape[1] + 2 * (12 + sup.max_tree_size())  # as SpeculativeGenerator sizes it
+    assert 0 < held[-1] == max(held) <= 2 * capacity * per_pair
+
+
+@pytest.mark.hf
 def test_profile_with_a_head(tmp_path):
     """The drafter's parts of the profile are the head's own forwards; SMART accepts the result."""
     target = eagle_target("qwen2")
