@@ -156,6 +156,9 @@ class PlanStats:
 
     @property
     def measured_speedup(self) -> float:
+        """The planner's steps' tokens at its c_T over their measured seconds: a decode-phase figure (a call's
+        prompt step, which plain decoding pays alike, and the loop's untimed work are not among them), so
+        above the run's end-to-end speedup when drafting pays."""
         if not self.seconds_measured:
             return 0.0
         spread = self.batch_tokens / self.measured_tokens if self.batch_tokens and self.measured_tokens else 1.0

@@ -279,7 +279,8 @@ def print_table(results: list[harness.MethodResult]) -> None:
         if r.plan is not None:
             p = r.plan
             print(f"{r.method} ({r.prompt_set}, batch {r.batch_size}): planner predicted {p['predicted_speedup']:.2f}x, "
-                  f"measured {p['measured_speedup']:.2f}x by its c_T; {p['steps_drafted']} steps drafted, "
+                  f"measured {p['measured_speedup']:.2f}x by its c_T over its steps (no prompt step); "
+                  f"{p['steps_drafted']} steps drafted, "
                   f"{p['steps_ar']} plain, {p['probes']} probes")
         if r.filter is not None:
             f = r.filter
