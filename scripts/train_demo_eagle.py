@@ -29,7 +29,7 @@ from specdec.app.models import cache_dir, load_model, load_tokenizer  # noqa: E4
 from specdec.training import (TrainSettings, greedy_sequences, target_batch, token_stream, train_eagle,  # noqa: E402
                               ttt_logits, ttt_losses)
 
-SETTINGS = TrainSettings(draft_vocab=2048, steps=1500, batch_size=8, seq_len=192, prompt_len=64, num_sequences=4096,
+SETTINGS = TrainSettings(draft_vocab=2048, steps=3000, batch_size=8, seq_len=192, prompt_len=64, num_sequences=8192,
                          lr=2e-3, warmup=30, generate_batch=128, checkpoint_every=50, seed=0)
 SHAPE = dict(depth=6, topk=4, total_tokens=16)  # the demo's EAGLE tree (docs/eagle.md)
 
