@@ -52,7 +52,8 @@ def add_smart_options(parser: argparse.ArgumentParser) -> None:
                         "next is drafted (default: SmartSupplier's, global)")
     parser.add_argument("--frontier", type=int, default=None,
                         help="nodes forwarded per layer and row (smart; default: SmartSupplier's)")
-    parser.add_argument("--max-depth", type=int, default=12, help="most layers of a SMART tree")
+    parser.add_argument("--max-depth", type=int, default=None,
+                        help="most layers of a SMART tree (default: 6 over an EAGLE head, 12 over a draft model)")
     parser.add_argument("--padding-aware", action=argparse.BooleanOptionalAction, default=None,
                         help="SMART's padding-aware marginal cost for batches (default: on)")
     parser.add_argument("--no-planner", action="store_true", help="SMART drafts every step (no plain steps planned)")

@@ -30,11 +30,21 @@ the frontier {aa} (mass .36) no longer pays for a forward: the tree is root -> {
 Pooled, the last ranking reads a (.6), aa (.36), b (.3), ab (.18), ...: b is tested after aa, against
 L = 1.96 rather than 1.6.
 
-Host syncs: one per layer, deliberate, reading the numbers the planner decides on (does any row grow, the
-tree's width, the kept and frontier probability mass, the rows' L); they cost microseconds on a CPU and
-save every forward that would not pay. `early_stop=False` removes them: D* layers at the full frontier,
-one sync at the end.
+Host syncs: with ``early_stop=True`` (the default over a draft model) one per layer, deliberate, reading the
+numbers the planner decides on (does any row grow, the tree's width, the kept and frontier probability
+mass, the rows' L); they save every forward that would not pay. ``early_stop=False`` (the default over an
+EAGLE head) drafts D* layers on the device as EAGLE-2 does (each layer forwards the `frontier` candidates
+of best raw path probability) and brings the whole pool to the host once, where the rule ranks it as
+above: the planner's cap alone sets the depth, and nothing runs on the host between the head's forwards
+(on the 2-core CPU that host work, ~0.35 ms a layer at batch 4, cost more than the layers it saved over
+the head, whose forward is cheap: docs/smart.md, "Inside a tree"). With ``selection="layered"`` it is
+`ops.smart_expand`'s rule on the device, one sync at the end.
+
+Rows: a finished row's candidates join no tree (the loop cuts its tree to the root; priced in, they bought
+columns for the batch), and a row's nodes deeper than the tokens it may still emit are no candidates
+(`smart_host.RowWeights`; the global selection).
 """
+
 
 from __future__ import annotations
 
@@ -60,10 +70,13 @@ from ..verify import Acceptance, vocab_size
 from .base import Supplier, check_within, position_limit, root_only
 from .draft import DraftRunner
 from .eagle import EagleRunner
-from .smart_host import HostTree, PoolTree, Rule, candidates
+from .smart_host import HostTree, PoolTree, Rule, RowWeights, candidates
 
 __all__ = ["SmartSupplier"]
 
+HEAD_DEPTH = 6  # max_depth's default over an EAGLE head: its trees are drafted to the planner's cap whole,
+# and 6 measured ahead of 12 (and level with 5) in same-process A/Bs (bench/results/2026-12-07-cpu-pooled/)
+DRAFT_DEPTH = 12  # ... over a draft model, whose layers stop early (a deep tree of a strong draft pays)
 BENEFITS = ("paper", "expected")
 SELECTIONS = ("global", "layered")
 
@@ -82,10 +95,14 @@ class SmartSupplier(Supplier):
                    the most a tree can hold (1 + topk + (max_depth - 1) * frontier * topk).
     benefit:       "paper" (P(u) / |paths|, the current leaves) or "expected" (P(u)).
     padding_aware: price nodes against the batch's padded width (module docstring); batches only.
-    early_stop:    one host sync per layer: stop growing when no row grows or the next layer cannot pay.
-    selection:     "global" (the rule over every layer's candidates in one ranking: `smart_host.PoolTree`)
-                   or "layered" (each layer's candidates kept or dropped before the next layer is drafted);
-                   None: "global" with early_stop, "layered" without (the device rule is layered).
+    max_depth:     the deepest cap the planner may choose; None: HEAD_DEPTH over an EAGLE head, DRAFT_DEPTH
+                   over a draft model.
+    early_stop:    one host sync per layer: stop growing when no row grows or the next layer cannot pay;
+                   False: the planner's cap of layers on the device, one sync (module docstring); None: False
+                   over an EAGLE head, True over a draft model.
+    selection:     "global" (the rule over every layer's candidates in one ranking: `smart_host.PoolTree`; the
+                   default) or "layered" (each layer's candidates kept or dropped before the next layer is
+                   drafted; without early_stop, `ops.smart_expand` on the device).
     planner:       False: draft every step with the deepest cap (no plain steps, no probes).
     online:        refresh the costs from the loop's timers (False: the profile's costs throughout).
     realise:       scale the predicted gain of drafting by the drafting steps' realised rate over their
@@ -97,8 +114,8 @@ class SmartSupplier(Supplier):
     """
 
     def __init__(self, draft: PreTrainedModel | EagleHead, cost_model: CostModel | Profile, *, alpha: float = 0.8,
-                 topk: int = 2, frontier: int = 2, budget: int | None = None, max_depth: int = 12,
-                 benefit: str = "expected", padding_aware: bool = True, early_stop: bool = True,
+                 topk: int = 2, frontier: int = 2, budget: int | None = None, max_depth: int | None = None,
+                 benefit: str = "expected", padding_aware: bool = True, early_stop: bool | None = None,
                  selection: str | None = None, planner: bool = True,
                  online: bool = True, margin: float = MARGIN, probe_every: int = 32, reprofile: bool = False,
                  realise: bool = True,
@@ -111,6 +128,11 @@ class SmartSupplier(Supplier):
         for name, value in (("alpha", alpha), ("margin", margin)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name}: expected a number > 0, got {value!r}")
+        head = draft if isinstance(draft, EagleHead) else None
+        if max_depth is None:
+            max_depth = HEAD_DEPTH if head is not None else DRAFT_DEPTH
+        if early_stop is None:
+            early_stop = head is None
         topk, frontier, max_depth, probe_every = (as_int(v, name, 1) for v, name in (
             (topk, "topk"), (frontier, "frontier"), (max_depth, "max_depth"), (probe_every, "probe_every")))
         if budget is not None:
@@ -118,13 +140,9 @@ class SmartSupplier(Supplier):
         if benefit not in BENEFITS:
             raise ValueError(f"benefit: {benefit!r} is not one of {BENEFITS}")
         if selection is None:
-            selection = "global" if early_stop else "layered"
+            selection = "global"
         if selection not in SELECTIONS:
             raise ValueError(f"selection: {selection!r} is not one of {SELECTIONS}")
-        if selection == "global" and not early_stop:
-            raise ValueError("selection: 'global' runs the rule on the host, one sync per layer (early_stop=True); "
-                             "early_stop=False runs the layered rule on the device")
-        head = draft if isinstance(draft, EagleHead) else None
         vocab = head.config.draft_vocab_size if head is not None else vocab_size(draft)
         if topk > vocab:
             raise ValueError(f"topk: {topk} exceeds the draft's vocabulary of {vocab}")
@@ -239,8 +257,10 @@ class SmartSupplier(Supplier):
         self._facts, self._tree = None, None
         if plan.depth == 0:  # plain decoding: the draft does not run, its backlog grows
             return root_only(state.root)
-        build = (self._draft_global if self.selection == "global" else self._draft) if self.early_stop \
-            else self._draft_device
+        if self.early_stop:
+            build = self._draft_global if self.selection == "global" else self._draft
+        else:
+            build = self._draft_pooled if self.selection == "global" else self._draft_device
         return build(state, plan.depth, backlog)
 
     def _draft(self, state: DecodeState, cap: int, backlog: int) -> TreeBatch:
@@ -299,8 +319,9 @@ class SmartSupplier(Supplier):
         narrow, vocab = ({"narrow": True}, self._vocab) if self._vocab is not None else ({}, None)
         tokens, logp = candidates(self.runner.catch_up(**narrow)[:, None], k, vocab)  # [B, 1, k]: the root's children
         self.runner.begin_tree(F, max(cap - 1, 1))
+        rows = self._row_weights(state)
         rule = lambda spent: Rule(self.alpha, plan.calibration, verify, spent, self.budget,  # noqa: E731
-                                  self.benefit == "paper", self._batch_rule(B))
+                                  self.benefit == "paper", self._batch_rule(B), rows)
         widths, depth, used, last_start = [], 0, 0, 0
         while True:
             spent = plan.spent(backlog, widths)
@@ -329,6 +350,45 @@ class SmartSupplier(Supplier):
         self._tree = _HostView(tok, par, size, edge)
         to = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
         return TreeBatch(to(tok), to(par), to(size), to(lp), max_depth=reached)
+
+    def _draft_pooled(self, state: DecodeState, cap: int, backlog: int) -> TreeBatch:
+        """`early_stop=False`, global selection: `cap` layers grown on the device as EAGLE-2 grows them (each
+        layer forwards the `frontier` candidates of best raw path log-probability, every one of them), one
+        sync, then the rule over the whole pool in one ranking on the host (`PoolTree.from_layers`). No
+        host work between the forwards: the planner's cap alone sets the depth."""
+        B, F, k, device = state.batch_size, self.frontier, self.topk, state.root.device
+        plan = self.planner
+        narrow = {"narrow": True} if self._vocab is not None else {}
+        ids = self.draft.draft_ids if self._vocab is not None else None  # draft id -> target id (EAGLE-3)
+        logits = self.runner.catch_up(**narrow)[:, None]  # [B, 1, V]
+        self.runner.begin_tree(F, max(cap - 1, 1))
+        path = torch.zeros(B, 1, device=device)  # the frontier's raw path log-probabilities
+        parent = torch.full((B, k), -1, dtype=torch.int64, device=device)  # layer 1: children of the root
+        layers, widths, start = [], [], 0
+        for d in range(1, cap + 1):
+            edge, tok = torch.log_softmax(logits.detach().float(), dim=-1).topk(k, dim=-1)  # [B, w, k]
+            tok = tok.flatten(1) if ids is None else ids[tok.flatten(1)]
+            layers.append(torch.stack([tok.double(), edge.flatten(1).double(), parent.double()]))
+            if d == cap:
+                break
+            path, best = (path[:, :, None] + edge).flatten(1).topk(min(F, edge[0].numel()), dim=-1)
+            w = best.shape[1]
+            logits = self.runner.forward_layer(tok.gather(1, best), None if d == 1 else start + best // k, **narrow)
+            start = sum(widths)
+            widths.append(w)
+            parent = best[:, :, None].expand(B, w, k).flatten(1)  # index in the layer just drafted
+        table = torch.cat(layers, 2).cpu().numpy()  # the step's one sync: [3, B, N]
+        pool = PoolTree.from_layers(state.history[np.arange(B), state.history_len - 1], table,
+                                    [x.shape[2] for x in layers], plan.calibration)
+        verify = plan.costs.verify_array(plan.context)
+        verify[1] = max(2 * verify[2] - verify[3], 0.0)  # the tree curve continued (see Rule)
+        pool.select(Rule(self.alpha, plan.calibration, verify, plan.spent(backlog, widths), self.budget,
+                         self.benefit == "paper", self._batch_rule(B), self._row_weights(state)))
+        tok, par, lp, edge, size, row_depth = pool.tree()
+        self._facts = TreeFacts(cap, len(widths), tuple(widths), pool.widths_by_depth(), backlog, row_depth)
+        self._tree = _HostView(tok, par, size, edge)
+        to = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
+        return TreeBatch(to(tok), to(par), to(size), to(lp), max_depth=int(row_depth.max()))
 
     def _draft_device(self, state: DecodeState, cap: int, backlog: int) -> TreeBatch:
         """`early_stop=False`: `cap` layers at the full frontier, K2's per-row rule on the device (the
@@ -376,6 +436,14 @@ class SmartSupplier(Supplier):
         self._facts = TreeFacts(cap, len(widths), tuple(widths), tuple(int(r[1]) for r in table[:depth]), backlog)
         self._tree = None
         return TreeBatch(tokens[:, :width], parents[:, :width], size, logp[:, :width], max_depth=depth)
+
+    @staticmethod
+    def _row_weights(state: DecodeState) -> RowWeights:
+        """What each row's tokens are worth to the batch: nothing for a finished row (the loop cuts its tree
+        to the root, so its candidates must not buy the batch's columns), and nothing past the tokens a row
+        may still emit (`max_new_tokens`)."""
+        left = state.max_new_tokens - state.num_new
+        return RowWeights(tuple((~state.finished).astype(float).tolist()), tuple(np.maximum(left - 1, 0).tolist()))
 
     def _batch_rule(self, batch_size: int) -> bool:
         return self.padding_aware and batch_size > 1

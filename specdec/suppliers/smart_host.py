@@ -34,7 +34,7 @@ from torch import Tensor
 
 from ..ops.smart_expand import _top_children
 
-__all__ = ["HostTree", "PoolTree", "Rule", "candidates"]
+__all__ = ["HostTree", "PoolTree", "Rule", "RowWeights", "candidates"]
 
 SMALL = 16  # candidates in a layer (rows x frontier x k) up to which `HostTree.grow` runs in Python floats
 
@@ -82,6 +82,18 @@ class Rule:
     budget: int
     paper: bool
     batch: bool
+    rows: "RowWeights | None" = None  # `PoolTree.select` only: what each row's tokens are worth to the batch
+
+
+@dataclass(frozen=True)
+class RowWeights:
+    """What a row's accepted tokens are worth to its batch (`PoolTree.select`): weight [B], scaling the row's
+    calibrated probabilities under the rule (0: a finished row, whose tree the loop cuts to its root: none of
+    its candidates joins); depth [B], the deepest node that can still emit a token (a row with r tokens
+    left emits at most r, the bonus included)."""
+
+    weight: tuple[float, ...]
+    depth: tuple[int, ...]
 
 
 class HostTree:
@@ -327,6 +339,37 @@ class PoolTree:
                     cal.append(p_cal * calibrated[b][s][j])
                     lay.append(depth)
 
+    @classmethod
+    def from_layers(cls, root: np.ndarray, table: np.ndarray, sizes: list[int],
+                    calibrate: Callable[[np.ndarray], np.ndarray]) -> "PoolTree":
+        """A pool of every layer drafted at once (``early_stop=False``: `SmartSupplier._draft_pooled`).
+        table: [3, B, N] float64, each candidate's token, conditional log-probability under the drafter and
+        parent (its index among the layer before's candidates; -1: the root), layer after layer of sizes[d]
+        candidates. A candidate's P is its parent's times the calibration of its conditional probability."""
+        pool = cls(root)
+        tokens, edge_lp, parent = table[0].astype(np.int64), table[1], table[2].astype(np.int64)
+        B, N = tokens.shape
+        edge = np.exp(edge_lp)
+        calibrated = calibrate(edge)
+        cal, logp = np.empty((B, N)), np.empty((B, N))
+        pool_parent, layer = np.zeros((B, N), dtype=np.int64), np.empty(N, dtype=np.int64)
+        rows, start, before = np.arange(B)[:, None], 0, 0
+        for depth, n in enumerate(sizes, 1):
+            part = slice(start, start + n)
+            if depth == 1:
+                cal[:, part], logp[:, part] = calibrated[:, part], edge_lp[:, part]
+            else:
+                up = before + parent[:, part]  # the parents' flat indices
+                cal[:, part] = cal[rows, up] * calibrated[:, part]
+                logp[:, part] = logp[rows, up] + edge_lp[:, part]
+                pool_parent[:, part] = up + 1  # pool ids: candidate i is node i + 1
+            layer[part] = depth
+            before, start = start, start + n
+        pool.tokens, pool.parents = tokens.tolist(), pool_parent.tolist()
+        pool.logp, pool.edge, pool.cal = logp.tolist(), edge.tolist(), cal.tolist()
+        pool.layer = [layer.tolist()] * B
+        return pool
+
     def newest_active(self) -> bool:
         """Whether any row's newest layer holds a candidate that may join (P > 0)."""
         first, count = self._newest
@@ -334,22 +377,29 @@ class PoolTree:
 
     def select(self, rule: Rule) -> int:
         """Each row's longest prefix of its pool, in P order, that passes `rule`; returns the padded width."""
-        B = self.batch_size
-        cal, gains, befores = [], [], []
+        B, rows = self.batch_size, rule.rows
+        weight = rows.weight if rows is not None else (1.0,) * B
+        cal, seen, gains, befores = [], [], [], []
         for b in range(B):
             row = self.cal[b]
             order = sorted(range(len(row)), key=lambda i: -row[i])  # stable: ties keep the older candidate
+            if rows is not None:  # nodes too deep to emit a token are not candidates (their children neither)
+                layer, deepest = self.layer[b], rows.depth[b]
+                order = [i for i in order if layer[i] <= deepest]
             c_row = [row[i] for i in order]
-            gain, before = _gains(c_row, [self.parents[b][i] for i in order], 1.0, rule)
+            w = weight[b]
+            s_row = c_row if w == 1.0 else [c * w for c in c_row]
+            gain, before = _gains(s_row, [self.parents[b][i] for i in order], 1.0, rule)
             self._order[b] = order
             cal.append(c_row)
+            seen.append(s_row)
             gains.append(gain)
             befores.append(before)
         ones = [1] * B
         if rule.batch and B > 1:
-            self.kept = _batch_counts(cal, gains, befores, ones, float(B), rule)
-        else:
-            self.kept = _row_counts(cal, gains, befores, ones, [1.0] * B, rule)
+            self.kept = _batch_counts(seen, gains, befores, ones, float(sum(weight)), rule)
+        else:  # the row rule weighs a row against itself: only a weight of 0 (no candidate) changes it
+            self.kept = _row_counts(seen, gains, befores, ones, list(weight), rule)
         self.length = [1.0 + sum(c_row[:m]) for c_row, m in zip(cal, self.kept)]
         return max(self.kept) + 1
 
@@ -455,7 +505,7 @@ def _row_counts(cal: list, gains: list, befores: list, sizes: list, lengths: lis
 def _batch_counts(cal: list, gain: list, before: list, sizes: list, total: float, r: Rule) -> list[int]:
     """`HostTree._keep_batch` in Python floats (`_grow_small`, `PoolTree`): each row's kept count (a prefix).
     cal, gain, before: per row, per candidate in order; sizes: the rows' tree sizes; total: their summed L."""
-    B, FK = len(cal), len(cal[0])
+    B, FK = len(cal), max(len(row) for row in cal)  # rows may hold different counts (`RowWeights.depth`)
     v, top = r.verify, len(r.verify) - 2
     wide = max(sizes)
     share = max((v[min(wide + 1, top + 1)] - v[min(wide, top)]) / B, 1e-12)
@@ -464,7 +514,7 @@ def _batch_counts(cal: list, gain: list, before: list, sizes: list, total: float
     col_gain, col_cal = [0.0] * FK, [0.0] * FK
     for b in range(B):
         run = True  # every under-width candidate before (and at) j passed
-        for j in range(FK):
+        for j in range(len(cal[b])):
             c, n = cal[b][j], sizes[b] + j
             if n < wide:
                 ok = c > 0 and gain[b][j] * value > (total + before[b][j]) * share and n + 1 <= r.budget
@@ -474,7 +524,9 @@ def _batch_counts(cal: list, gain: list, before: list, sizes: list, total: float
                 widening[b][j] = True
                 col_gain[n - wide] += gain[b][j]
                 col_cal[n - wide] += cal[b][j]
-    under_sum = np.array([[c if ok else 0.0 for c, ok in zip(cal[b], ok_under[b])] for b in range(B)]).sum()
+    under = [[c if ok else 0.0 for c, ok in zip(cal[b], ok_under[b])] for b in range(B)]
+    # numpy's sum, as `HostTree._keep_batch` takes it (the same float); ragged rows: flattened
+    under_sum = np.array(under if all(len(row) == FK for row in cal) else sum(under, [])).sum()
     col_ok, passed, running = [], True, 0.0
     for c in range(FK):
         running += col_cal[c]
@@ -486,7 +538,7 @@ def _batch_counts(cal: list, gain: list, before: list, sizes: list, total: float
     keep = []
     for b in range(B):
         count = 0
-        for j in range(FK):
+        for j in range(len(cal[b])):
             if not (ok_under[b][j] or widening[b][j] and col_ok[sizes[b] + j - wide]):
                 break
             count += 1

@@ -96,11 +96,13 @@ def test_identity(models, case):
     alpha = ALPHAS[arch][case]
     ids, mask = ragged_prompts([[7], [5, 11, 8]][case])
     ref = reference(target, ids, mask, 20, eos=[])
-    # the default (one ranking over the pooled layers), the layered rule on the host, the device rule
+    # the default (one ranking over the pooled layers), the pool drafted at once, the layered rule on the
+    # host, the device rule
     selection = {"qwen2": "layered", "qwen3": "layered"}.get(arch, "global")
     sup = specdec.SmartSupplier(draft, fixed_cost(**MODERATE, batch_size=ids.shape[0]), alpha=alpha, topk=3,
                                 frontier=3, max_depth=5, online=False, selection=selection,
-                                padding_aware=case == 1 and arch in ("llama", "qwen2"), early_stop=arch != "qwen3")
+                                padding_aware=case == 1 and arch in ("llama", "qwen2"),
+                                early_stop=arch not in ("mistral", "qwen3"))
     out = generate_with(target, sup, ids, mask, 20)
     assert torch.equal(out.sequences, ref), f"{arch} alpha {alpha}"
     assert out.stats.mean_tree_size > 2 and out.stats.mean_accepted_length > 1.0  # trees were built and used
@@ -160,7 +162,6 @@ def test_profile_source_fits_the_running_batch_size():
     ({"probe_every": 0}, ValueError, "probe_every: expected an int >= 1"),
     ({"benefit": "max"}, ValueError, "benefit: 'max' is not one of"),
     ({"selection": "best"}, ValueError, "selection: 'best' is not one of"),
-    ({"selection": "global", "early_stop": False}, ValueError, "selection: 'global' runs the rule on the host"),
     ({"topk": VOCAB + 1}, ValueError, "topk: 97 exceeds the draft's vocabulary"),
     ({"cost_model": {"c0": 1}}, TypeError, "cost_model: expected a CostModel or a Profile"),
 ])
@@ -348,3 +349,38 @@ def test_the_pooled_selection_is_the_rule_over_the_pool_in_probability_order(pap
             assert front.shape == parent.shape == (B, width) and len(bounds) == width
             first += 1
     assert checked > 400 and deep > 50  # pools of several layers, trees reaching past the first
+
+
+def test_a_pool_drafted_at_once_is_the_pool_grown_layer_by_layer():
+    """``early_stop=False`` with the global selection drafts every layer on the device and brings the pool
+    to the host at once (`PoolTree.from_layers`): on random layers (frontiers of any of the previous layer's
+    candidates, 1-5 rows, 1-5 layers) its pool is the one `PoolTree.add` grows layer by layer over the same
+    frontiers, to the bit, and the rule keeps the same prefixes."""
+    import numpy as np
+
+    from specdec.suppliers.smart_host import PoolTree, Rule
+
+    rng = np.random.default_rng(5)
+    for case in range(100):
+        calibration, verify = random_pricing(rng)
+        B, k, layers = int(rng.integers(1, 6)), int(rng.integers(1, 4)), int(rng.integers(1, 6))
+        root = rng.integers(0, 50, size=B)
+        grown = PoolTree(root)
+        parts, sizes, width, first, previous = [], [], 1, 0, 0
+        parent = np.full((B, k), -1)
+        for depth in range(layers):
+            logp = random_children(rng, B, width, k)
+            tokens = rng.integers(0, 50, size=(B, width, k))
+            grown.add(tokens, logp, calibration)
+            parts.append(np.stack([tokens.reshape(B, -1), logp.reshape(B, -1), parent]).astype(np.float64))
+            sizes.append(width * k)
+            previous, first = first, first + width * k
+            width = int(rng.integers(1, width * k + 1))
+            best = np.stack([rng.permutation(sizes[-1])[:width] for _ in range(B)])  # the next frontier
+            grown.front = [[previous + int(i) + 1 for i in row] for row in best]
+            parent = np.repeat(best, k, axis=1)
+        at_once = PoolTree.from_layers(root, np.concatenate(parts, 2), sizes, calibration)
+        for field in ("tokens", "parents", "logp", "edge", "cal", "layer"):
+            assert getattr(at_once, field) == getattr(grown, field), (case, field)
+        rule = Rule(0.8, calibration, verify, float(rng.random() * 5e-3), int(rng.integers(3, 40)), False, B > 1)
+        assert at_once.select(rule) == grown.select(rule) and at_once.kept == grown.kept
