@@ -345,7 +345,8 @@ class PoolTree:
         """A pool of every layer drafted at once (``early_stop=False``: `SmartSupplier._draft_pooled`).
         table: [3, B, N] float64, each candidate's token, conditional log-probability under the drafter and
         parent (its index among the layer before's candidates; -1: the root), layer after layer of sizes[d]
-        candidates. A candidate's P is its parent's times the calibration of its conditional probability."""
+        candidates. A candidate's P is its parent's times the calibration of its conditional probability.
+        The pool is final: `select`, `tree` and `widths_by_depth` read it; no layer joins it (`add`)."""
         pool = cls(root)
         tokens, edge_lp, parent = table[0].astype(np.int64), table[1], table[2].astype(np.int64)
         B, N = tokens.shape
@@ -367,7 +368,9 @@ class PoolTree:
             before, start = start, start + n
         pool.tokens, pool.parents = tokens.tolist(), pool_parent.tolist()
         pool.logp, pool.edge, pool.cal = logp.tolist(), edge.tolist(), cal.tolist()
-        pool.layer = [layer.tolist()] * B
+        depths = layer.tolist()
+        pool.layer = [depths.copy() for _ in range(B)]
+        pool._newest = (N - sizes[-1], sizes[-1])
         return pool
 
     def newest_active(self) -> bool:
