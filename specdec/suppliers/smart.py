@@ -268,8 +268,7 @@ class SmartSupplier(Supplier):
         B, F, k, device = state.batch_size, self.frontier, self.topk, state.root.device
         plan = self.planner
         tree = HostTree(state.history[np.arange(B), state.history_len - 1], self.budget)  # the roots, host-side
-        verify = plan.costs.verify_array(plan.context)
-        verify[1] = max(2 * verify[2] - verify[3], 0.0)  # the tree curve continued (see Rule)
+        verify = self._verify_curve()
         # an EAGLE-3 head's logits stay over its draft vocabulary (`candidates` maps the children's ids)
         narrow, vocab = ({"narrow": True}, self._vocab) if self._vocab is not None else ({}, None)
         tokens, logp = candidates(self.runner.catch_up(**narrow)[:, None], k, vocab)  # [B, 1, k]: the root's children
@@ -314,8 +313,7 @@ class SmartSupplier(Supplier):
         B, F, k, device = state.batch_size, self.frontier, self.topk, state.root.device
         plan = self.planner
         pool = PoolTree(state.history[np.arange(B), state.history_len - 1])
-        verify = plan.costs.verify_array(plan.context)
-        verify[1] = max(2 * verify[2] - verify[3], 0.0)  # the tree curve continued (see Rule)
+        verify = self._verify_curve()
         narrow, vocab = ({"narrow": True}, self._vocab) if self._vocab is not None else ({}, None)
         tokens, logp = candidates(self.runner.catch_up(**narrow)[:, None], k, vocab)  # [B, 1, k]: the root's children
         self.runner.begin_tree(F, max(cap - 1, 1))
@@ -380,8 +378,7 @@ class SmartSupplier(Supplier):
         table = torch.cat(layers, 2).cpu().numpy()  # the step's one sync: [3, B, N]
         pool = PoolTree.from_layers(state.history[np.arange(B), state.history_len - 1], table,
                                     [x.shape[2] for x in layers], plan.calibration)
-        verify = plan.costs.verify_array(plan.context)
-        verify[1] = max(2 * verify[2] - verify[3], 0.0)  # the tree curve continued (see Rule)
+        verify = self._verify_curve()
         pool.select(Rule(self.alpha, plan.calibration, verify, plan.spent(backlog, widths), self.budget,
                          self.benefit == "paper", self._batch_rule(B), self._row_weights(state)))
         tok, par, lp, edge, size, row_depth = pool.tree()
@@ -436,6 +433,12 @@ class SmartSupplier(Supplier):
         self._facts = TreeFacts(cap, len(widths), tuple(widths), tuple(int(r[1]) for r in table[:depth]), backlog)
         self._tree = None
         return TreeBatch(tokens[:, :width], parents[:, :width], size, logp[:, :width], max_depth=depth)
+
+    def _verify_curve(self) -> np.ndarray:
+        """The step's corrected verify seconds by padded width, index 1 continuing the tree curve (see Rule)."""
+        verify = self.planner.costs.verify_array(self.planner.context)
+        verify[1] = max(2 * verify[2] - verify[3], 0.0)
+        return verify
 
     @staticmethod
     def _row_weights(state: DecodeState) -> RowWeights:
