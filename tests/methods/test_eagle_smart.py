@@ -132,3 +132,18 @@ def test_the_planner_knows_when_a_probe_would_read_the_whole_prompt(tmp_path, dr
         generate_with(target, sup, ids, mask, 8, [])
         assert seen[:3] == [True, True, True] and not any(seen[3:]), seen
         seen.clear()
+
+
+@pytest.mark.hf
+def test_defaults_follow_the_drafter(tmp_path):
+    """Over an EAGLE head SMART drafts its cap of layers on the device and ranks the pool once, with a cap of
+    6; over a draft model it stops layer by layer, with a cap of 12; either is overridable."""
+    target = eagle_target("llama")
+    head = random_head(tmp_path, target)
+    cost = fixed_cost(**MODERATE)
+    over_head = specdec.SmartSupplier(head, cost)
+    assert (over_head.early_stop, over_head.max_depth, over_head.selection) == (False, 6, "global")
+    over_draft = specdec.SmartSupplier(perturbed(target), cost)
+    assert (over_draft.early_stop, over_draft.max_depth, over_draft.selection) == (True, 12, "global")
+    chosen = specdec.SmartSupplier(head, cost, early_stop=True, max_depth=9, selection="layered")
+    assert (chosen.early_stop, chosen.max_depth, chosen.selection) == (True, 9, "layered")
