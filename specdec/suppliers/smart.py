@@ -42,7 +42,7 @@ the head, whose forward is cheap: docs/smart.md, "Inside a tree"). With ``select
 
 Rows: a finished row's candidates join no tree (the loop cuts its tree to the root; priced in, they bought
 columns for the batch), and a row's nodes deeper than the tokens it may still emit are no candidates
-(`smart_host.RowWeights`; the global selection).
+(`smart_rule.RowWeights`; the global selection).
 """
 
 
@@ -70,7 +70,8 @@ from ..verify import Acceptance, vocab_size
 from .base import Supplier, check_within, position_limit, root_only
 from .draft import DraftRunner
 from .eagle import EagleRunner
-from .smart_host import HostTree, PoolTree, Rule, RowWeights, candidates
+from .smart_host import HostTree, PoolTree, candidates
+from .smart_rule import Rule, RowWeights
 
 __all__ = ["SmartSupplier"]
 

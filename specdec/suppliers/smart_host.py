@@ -7,25 +7,12 @@ arrays are the tensors' own memory and a numpy call on them costs about a micros
 a torch call (measured on the demo pair: the device-side version of this layer cost 0.8 ms, mostly the
 overhead of ~60 small torch calls, against about 0.1 ms here). On a GPU the copy is a few KB.
 
-A node's calibrated probability is its parent's times the planner's `Calibration` of its conditional
-probability under the draft. The rule, per candidate j of a row in order of calibrated probability (ties:
-lower candidate index), with |T|_j the tree's size before j joins, V the step's corrected verify curve
-(`OnlineCosts.verify_array`) and `spent` what the step paid outside verification so far::
-
-    alpha * P(u_j) / |paths|_j  *  C_j  >  L_j * (V(|T|_j + 1) - V(|T|_j))      C_j = spent + V(|T|_j)
-
-L_j: the row's L (1 + the sum of its nodes' calibrated probabilities) plus the candidates ahead of j;
-|paths|_j: the tree's leaves before j joins ("paper"; 1 for "expected"). Batch rule (``batch=True``): a
-node that fits under the batch's padded width W costs its share of a column already paid, (V(W + 1) -
-V(W)) / B, against the batch's summed L at C = spent + V(W); the columns past W are priced whole: column
-c (width c + 1) joins when the summed gain of the rows' candidates landing in it beats
-L_batch * (V(c + 1) - V(c)) at C = spent + V(c), columns in order, each row's candidates still a prefix.
-The kept candidates are the longest prefix that passes and fits the budget.
+SMART's rule itself, and the Python-float form both trees run it in for small layers and pools, is
+`smart_rule`'s.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -33,8 +20,9 @@ import torch
 from torch import Tensor
 
 from ..ops.smart_expand import _top_children
+from .smart_rule import Rule, batch_counts, candidate_gains, row_counts
 
-__all__ = ["HostTree", "PoolTree", "Rule", "RowWeights", "candidates"]
+__all__ = ["HostTree", "PoolTree", "candidates"]
 
 SMALL = 16  # candidates in a layer (rows x frontier x k) up to which `HostTree.grow` runs in Python floats
 
@@ -65,35 +53,6 @@ def candidates(logits: Tensor, k: int, vocab: tuple[np.ndarray, Callable[[Tensor
     tokens = _top_children(x, k)
     logp = torch.log_softmax(x, dim=-1).gather(-1, tokens)
     return tokens.cpu().numpy(), logp.cpu().numpy()  # the layer's one sync, deliberate (module docstring)
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One layer's pricing (module docstring): alpha; calibrate (conditional probabilities -> acceptance,
-    the planner's `Calibration`); verify [N] float64, the corrected verify seconds of a tree by padded
-    width (index 1 continues the tree curve: the jump from a one-node verification to a tree's is the
-    planner's to weigh when it decides to draft); spent; budget; paper (the |paths| benefit); batch (the
-    padded-width pricing)."""
-
-    alpha: float
-    calibrate: Callable[[np.ndarray], np.ndarray]
-    verify: np.ndarray
-    spent: float
-    budget: int
-    paper: bool
-    batch: bool
-    rows: "RowWeights | None" = None  # `PoolTree.select` only: what each row's tokens are worth to the batch
-
-
-@dataclass(frozen=True)
-class RowWeights:
-    """What a row's accepted tokens are worth to its batch (`PoolTree.select`): weight [B], scaling the row's
-    calibrated probabilities under the rule (0: a finished row, whose tree the loop cuts to its root: none of
-    its candidates joins); depth [B], the deepest node that can still emit a token (a row with r tokens
-    left emits at most r, the bonus included)."""
-
-    weight: tuple[float, ...]
-    depth: tuple[int, ...]
 
 
 class HostTree:
@@ -184,15 +143,15 @@ class HostTree:
             row = [parent_cal[b][i // k] * c for i, c in enumerate(calibrated[b])]
             by = sorted(range(wk), key=lambda i: -row[i])  # stable: ties keep the lower index
             c_row = [row[i] for i in by]
-            gain, before = _gains(c_row, [i // k for i in by], paths[b], rule)
+            gain, before = candidate_gains(c_row, [i // k for i in by], paths[b], rule)
             cal.append(c_row)
             order.append(by)
             gains.append(gain)
             befores.append(before)
         if rule.batch and B > 1:
-            keep = _batch_counts(cal, gains, befores, sizes, self.length.sum(), rule)
+            keep = batch_counts(cal, gains, befores, sizes, self.length.sum(), rule)
         else:
-            keep = _row_counts(cal, gains, befores, sizes, lengths, rule)
+            keep = row_counts(cal, gains, befores, sizes, lengths, rule)
         kept = np.zeros((B, wk))
         fed = np.zeros((B, w), dtype=bool)
         for b in range(B):
@@ -237,7 +196,7 @@ class HostTree:
         return tokens, parent
 
     def _keep(self, cal: np.ndarray, slot: np.ndarray, r: Rule) -> np.ndarray:
-        """[B, F*k] bool, a prefix of each row: the candidates `r` keeps (module docstring); cal [B, F*k]
+        """[B, F*k] bool, a prefix of each row: the candidates `r` keeps (`smart_rule`); cal [B, F*k]
         sorted descending (0: inactive), slot: each one's frontier slot."""
         B, FK = cal.shape
         j = np.arange(FK)
@@ -260,7 +219,7 @@ class HostTree:
 
     def _keep_batch(self, cal: np.ndarray, gain: np.ndarray, n: np.ndarray, before: np.ndarray, active: np.ndarray,
                     r: Rule) -> np.ndarray:
-        """The batch rule (module docstring): candidates under the padded width W one by one, each column
+        """The batch rule (`smart_rule`): candidates under the padded width W one by one, each column
         past it for the whole batch. cal, gain, n (|T|_j), before: [B, F*k]; active: [B, F*k] bool."""
         B, FK = cal.shape
         v, top = r.verify, len(r.verify) - 2
@@ -392,7 +351,7 @@ class PoolTree:
             c_row = [row[i] for i in order]
             w = weight[b]
             s_row = c_row if w == 1.0 else [c * w for c in c_row]
-            gain, before = _gains(s_row, [self.parents[b][i] for i in order], 1.0, rule)
+            gain, before = candidate_gains(s_row, [self.parents[b][i] for i in order], 1.0, rule)
             self._order[b] = order
             cal.append(c_row)
             seen.append(s_row)
@@ -400,9 +359,9 @@ class PoolTree:
             befores.append(before)
         ones = [1] * B
         if rule.batch and B > 1:
-            self.kept = _batch_counts(seen, gains, befores, ones, float(sum(weight)), rule)
+            self.kept = batch_counts(seen, gains, befores, ones, float(sum(weight)), rule)
         else:  # the row rule weighs a row against itself: only a weight of 0 (no candidate) changes it
-            self.kept = _row_counts(seen, gains, befores, ones, list(weight), rule)
+            self.kept = row_counts(seen, gains, befores, ones, list(weight), rule)
         self.length = [1.0 + sum(c_row[:m]) for c_row, m in zip(cal, self.kept)]
         return max(self.kept) + 1
 
@@ -467,83 +426,3 @@ class PoolTree:
         return (np.array(tokens, dtype=np.int64), np.array(parents, dtype=np.int64),
                 np.array(logp, dtype=np.float32), np.array(edge), np.array(self.kept, dtype=np.int64) + 1,
                 np.array(depth, dtype=np.int64))
-
-
-def _gains(c_row: list[float], slots: list[int], paths: float, rule: Rule) -> tuple[list[float], list[float]]:
-    """A row's candidates in order (calibrated probabilities c_row, their parents' slots): each one's gain
-    (alpha P, divided by the leaves before it with the paper's benefit: a candidate after a sibling adds a
-    leaf, the first child of a node does not) and the summed P of the candidates before it."""
-    gain, before, total, leaves, seen = [], [], 0.0, 0, set()
-    for slot, c in zip(slots, c_row):
-        total += c
-        before.append(total - c)
-        g = rule.alpha * c
-        if rule.paper:
-            sibling = slot in seen and c > 0
-            g = g / (paths + leaves)
-            leaves += sibling
-            seen.add(slot)
-        gain.append(g)
-    return gain, before
-
-
-def _row_counts(cal: list, gains: list, befores: list, sizes: list, lengths: list, rule: Rule) -> list[int]:
-    """Each row's kept count under the row rule (a prefix; `HostTree._keep` in Python floats). cal, gains,
-    befores: per row, per candidate in order; sizes, lengths: the rows' tree sizes and L."""
-    v, top, keep = rule.verify, len(rule.verify) - 2, []
-    for b in range(len(cal)):
-        count = 0
-        for j, c in enumerate(cal[b]):
-            n = sizes[b] + j
-            value = rule.spent + v[min(n, top)]
-            slope = v[min(n + 1, top + 1)] - v[min(n, top)]
-            if not (c > 0 and gains[b][j] * value > (lengths[b] + befores[b][j]) * max(slope, 1e-12)
-                    and n + 1 <= rule.budget):
-                break
-            count += 1
-        keep.append(count)
-    return keep
-
-
-def _batch_counts(cal: list, gain: list, before: list, sizes: list, total: float, r: Rule) -> list[int]:
-    """`HostTree._keep_batch` in Python floats (`_grow_small`, `PoolTree`): each row's kept count (a prefix).
-    cal, gain, before: per row, per candidate in order; sizes: the rows' tree sizes; total: their summed L."""
-    B, FK = len(cal), max(len(row) for row in cal)  # rows may hold different counts (`RowWeights.depth`)
-    v, top = r.verify, len(r.verify) - 2
-    wide = max(sizes)
-    share = max((v[min(wide + 1, top + 1)] - v[min(wide, top)]) / B, 1e-12)
-    value = r.spent + v[min(wide, top)]
-    ok_under, widening = [[False] * FK for _ in range(B)], [[False] * FK for _ in range(B)]
-    col_gain, col_cal = [0.0] * FK, [0.0] * FK
-    for b in range(B):
-        run = True  # every under-width candidate before (and at) j passed
-        for j in range(len(cal[b])):
-            c, n = cal[b][j], sizes[b] + j
-            if n < wide:
-                ok = c > 0 and gain[b][j] * value > (total + before[b][j]) * share and n + 1 <= r.budget
-                ok_under[b][j] = ok
-                run = run and ok
-            elif run and c > 0 and n + 1 <= r.budget:
-                widening[b][j] = True
-                col_gain[n - wide] += gain[b][j]
-                col_cal[n - wide] += cal[b][j]
-    under = [[c if ok else 0.0 for c, ok in zip(cal[b], ok_under[b])] for b in range(B)]
-    # numpy's sum, as `HostTree._keep_batch` takes it (the same float); ragged rows: flattened
-    under_sum = np.array(under if all(len(row) == FK for row in cal) else sum(under, [])).sum()
-    col_ok, passed, running = [], True, 0.0
-    for c in range(FK):
-        running += col_cal[c]
-        width = min(wide + c, top)
-        length = total + under_sum + running - col_cal[c]
-        slope = v[min(width + 1, top + 1)] - v[width]
-        passed = passed and col_gain[c] > 0 and col_gain[c] * (r.spent + v[width]) > length * max(slope, 1e-12)
-        col_ok.append(passed)
-    keep = []
-    for b in range(B):
-        count = 0
-        for j in range(len(cal[b])):
-            if not (ok_under[b][j] or widening[b][j] and col_ok[sizes[b] + j - wide]):
-                break
-            count += 1
-        keep.append(count)
-    return keep

@@ -238,7 +238,8 @@ def test_the_small_host_tree_is_the_numpy_one_to_the_bit(paper, batch):
     bookkeeping and their frontier exactly as the numpy version does, with the row rule and the batch rule."""
     import numpy as np
 
-    from specdec.suppliers.smart_host import SMALL, HostTree, Rule
+    from specdec.suppliers.smart_host import SMALL, HostTree
+    from specdec.suppliers.smart_rule import Rule
 
     rng = np.random.default_rng(7)
     layers, ragged = 0, 0
@@ -308,7 +309,8 @@ def test_the_pooled_selection_is_the_rule_over_the_pool_in_probability_order(pap
     with each node's token, path log-probability and depth."""
     import numpy as np
 
-    from specdec.suppliers.smart_host import HostTree, PoolTree, Rule
+    from specdec.suppliers.smart_host import HostTree, PoolTree
+    from specdec.suppliers.smart_rule import Rule
 
     rng = np.random.default_rng(11)
     checked, deep = 0, 0
@@ -358,7 +360,8 @@ def test_a_pool_drafted_at_once_is_the_pool_grown_layer_by_layer():
     frontiers, to the bit, and the rule keeps the same prefixes."""
     import numpy as np
 
-    from specdec.suppliers.smart_host import PoolTree, Rule
+    from specdec.suppliers.smart_host import PoolTree
+    from specdec.suppliers.smart_rule import Rule
 
     rng = np.random.default_rng(5)
     for case in range(100):
