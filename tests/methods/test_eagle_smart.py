@@ -35,8 +35,8 @@ def test_identity_across_plain_stretches(tmp_path, arch, kind, case):
     ref = reference(target, ids, mask, 24, eos=eos[0] if eos else [])
     # the default selection (llama), the pool drafted at once (qwen3), the device rule (qwen2)
     sup = specdec.SmartSupplier(head, fixed_cost(**MODERATE, batch_size=ids.shape[0]), topk=2, frontier=2,
-                                max_depth=5, early_stop=arch == "llama", selection="layered" if arch == "qwen2" else "global",
-                                online=False)
+                                max_depth=5, early_stop=arch == "llama",
+                                selection="layered" if arch == "qwen2" else "global", online=False)
     backlogs = plan_schedule(sup, [0] + SCHEDULE)  # step 1 is root-only anyway: no features yet
     out = generate_with(target, sup, ids, mask, 24, eos)
     assert torch.equal(out.sequences, ref), f"{arch} {kind} {case}"
