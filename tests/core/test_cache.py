@@ -189,6 +189,25 @@ def test_commit_moves_a_kept_path_to_the_committed_slots(with_host_index):
     assert slots(cache, 0)[5] == 300 and slots(cache, 1)[8] == 310
 
 
+def test_commit_moves_each_layers_own_keys_and_values():
+    """The layers' buffers are views of one tensor and a commit moves all of them in one gather: each layer
+    keeps its own nodes (layer i's keys written as 1000 * i + the node's name), keys and values apart."""
+    cache = committed([3, 5], num_layers=3)
+    assert all(layer.keys.data_ptr() != other.keys.data_ptr() for layer, other in zip(cache.layers, cache.layers[1:]))
+    cache.reserve(4)
+    keys = block(2, 4, tag=2)
+    for i in range(3):
+        cache.update(keys + 1000 * i, -(keys + 1000 * i) - 0.5, i)
+    cache.advance(4)
+    index, count = torch.tensor([[0, 2, 3], [0, 1, -1]]), torch.tensor([3, 2])
+    cache.commit(index, count, count.numpy())
+    for i, layer in enumerate(cache.layers):
+        assert layer.keys[0, 0, 3:6, 0].tolist() == [1000 * i + 200, 1000 * i + 202, 1000 * i + 203]
+        assert layer.keys[1, 1, 5:7, 3].tolist() == [1000 * i + 210, 1000 * i + 211]
+        assert layer.values[0, 1, 3:6, 2].tolist() == [-1000 * i - 200.5, -1000 * i - 202.5, -1000 * i - 203.5]
+        assert layer.keys[0, 0, :3, 0].tolist() == [100, 101, 102]  # the committed prefix is untouched
+
+
 def test_commit_of_kept_prefixes_moves_nothing():
     """With the host index, rows that keep a prefix of their region (a chain) commit without any copy: the
     buffers are bit-identical, padding columns included."""
