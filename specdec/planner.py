@@ -6,9 +6,12 @@ retrieval and prompt lookup: 0 or their tree depth) maximising the predicted spe
     R(D) = L(D) * c_T / C(D)          D = 0: a plain AR step (L = 1, C = c_T), the draft does not run
 
 with L(D) from `specdec.estimates` (measured acceptance and tree growth by depth) and C(D) from
-`specdec.online_costs` (the step cost model corrected by the loop's timers), and drafts only when R(D*) beats 1 by a margin (`MARGIN` to start
-drafting, half of it to go on: hysteresis). A longer catch-up after plain steps is paid once when drafting
-resumes: the decision amortises what it exceeds the usual one by over `RESUME_HORIZON` steps. Every
+`specdec.online_costs` (the step cost model corrected by the loop's timers), and drafts only when R(D*) beats
+1 by a margin (`MARGIN` to start drafting, half of it to go on: hysteresis). While drafting pays by the full
+margin, once `QUICK_DRAFT` drafting steps in a row were learned from, a full plan comes every `QUICK_DRAFT`-th
+step: the steps between take its cap and are learned from, in order, at the next. A longer catch-up after
+plain steps is paid once when drafting resumes: the decision amortises what it exceeds the usual one by over
+`RESUME_HORIZON` steps. Every
 `probe_every` steps a probe keeps the estimates fresh: while plain decoding pays, `PROBE_STEPS` drafting
 steps at the best cap, weighed by a full plan right after them with the half margin of drafting on (is
 drafting paying again? its steps after the first are steady and move the realised rate; each probe that
@@ -84,6 +87,11 @@ C_T_DOUBT = 0.2  # re-measure is WARM_AFTER + C_T_FIRST plain steps, 7% of the s
 # drafting ran 1.5x AR (the demo pair's EAGLE-3 head at HumanEval batch 1) each plain step gave up ~2.8 ms: 3-4%
 # of the run, to refine a unit the decision did not hinge on (bench/results/2026-12-07-cpu-c-t-stretch/)
 COLD_PROBE = 4  # a cold draft's probe waits BACKOFF intervals or more only if its catch-up costs more AR steps
+QUICK_DRAFT = 4  # while drafting pays by the full margin, after this many drafting steps in a row learned from, a
+# full plan every 4th drafting step; the steps between reuse its cap and are learned from at the next (`plan`). A
+# full plan and its learning cost an EAGLE-3 + SMART drafting step 0.17 ms at HumanEval batch 1 on the 2-core CPU,
+# 2% of the step, where SMART's host work left it behind the head's 4:2:8 tree while accepting 14% more tokens a
+# step (bench/results/2026-12-07-cpu-quick-draft/)
 
 
 @dataclass(frozen=True)
@@ -157,6 +165,8 @@ class StepPlanner:
         self.context: float | None = None
         self._quick = 0  # plain steps `quick_plain` may still plan without a full plan, with this plan:
         self._quiet_plan = Plan(0, 1.0, 0.0)
+        self._quick_draft = 0  # drafting steps `plan` may still take with this full plan's cap (QUICK_DRAFT):
+        self._quick_plan = self._quiet_plan
         self._call = CallTokens()
         # the widest row's tokens in the call's previous counted step; before one, the most a drafting step
         # can emit (a longer catch-up then holds a cold draft's prompt)
@@ -170,7 +180,7 @@ class StepPlanner:
         """A new `generate` call at `cost.batch_size` (its corrections and mode persist per batch size)."""
         self._learn()  # the last step of the previous call
         self._finish_call()
-        self._plan, self._last_tokens, self._quick = None, self.max_depth + 1, 0
+        self._plan, self._last_tokens, self._quick, self._quick_draft = None, self.max_depth + 1, 0, 0
         state = self._batches.get(cost.batch_size)
         if state is None or state.costs.model is not cost:
             state = self._batches[cost.batch_size] = self._new_state(cost)
@@ -217,8 +227,18 @@ class StepPlanner:
         """The cap of the next step (0: plain decoding). backlog: the draft's pending tokens (widest row),
         its queued prompt prefill included; cold: the draft has not run in this call yet (a probe would pay
         its whole prompt prefill, so while plain decoding wins none is taken)."""
+        state = self.state
+        if self._quick_draft > 0 and not cold and backlog <= self.max_depth + 1:
+            # Drafting pays by the full margin: the last full plan's cap, nothing weighed or learned (its steps
+            # are learned from in order at the next full plan; the cap would not move in a few steps)
+            self._quick_draft -= 1
+            state.since_probe += 1
+            self.context = context
+            self._plan = self._quick_plan
+            return self._plan
+        self._quick_draft = 0
         self._learn()
-        state, self.context = self.state, context
+        self.context = context
         if state.c_t_probe > 0:  # re-measuring c_T: plain steps until one runs in its steady state
             state.c_t_probe -= 1
             self._plan = Plan(0, 1.0, self.costs.ar(context), probe=True)
@@ -306,6 +326,11 @@ class StepPlanner:
         self._quick = 0
         if not depth and not state.drafting and not probe:
             self._arm_quick(cold)
+        elif depth and not probe and gain > 1 + self.margin and state.drafted_run >= QUICK_DRAFT:
+            # Only inside a stretch of drafting steps learned from (a first step after plain ones is weighed
+            # before the next); the quick steps end before a probe is due (`since_probe` counts them)
+            self._quick_draft = max(min(QUICK_DRAFT, self.probe_every - state.since_probe) - 1, 0)
+            self._quick_plan = self._plan
         return self._plan
 
     def _c_t_every(self, gain: float) -> int:
