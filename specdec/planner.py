@@ -42,7 +42,7 @@ import numpy as np
 from .cost import CostModel
 from .estimates import Calibration, DepthStats, TreeFacts, tested_nodes
 from .online_costs import C_T_FIRST, CLIP, OnlineCosts
-from .spread import CallTokens, fold, predicted
+from .spread import CallTokens, by_cap, fold, fold_shape, predicted, shapes
 from .stages import PlanStats, StepRecord
 
 __all__ = ["StepRecord", "TreeFacts", "Plan", "PlanStats", "StepPlanner", "MARGIN"]
@@ -107,6 +107,7 @@ class Plan:
     probe: bool = False
     warmup: bool = False
     gain: float = 0.0
+    shape: float = 0.0  # the cap's shape (`spread.shapes`), by which its steps' spread is measured
 
 
 @dataclass
@@ -130,6 +131,7 @@ class _BatchState:
     probe_ended: bool = False  # the last step was a probe's last: the draft is caught up
     spread: float = 1.0  # drafting steps' batch progress over their rows' mean accepted length (`spread.fold`)
     spread_calls: int = 0  # calls that measured it
+    shape: float = 0.0  # ... and their steps' mean shape (`spread.fold_shape`; 0: none): each cap's spread
 
     @property
     def realised(self) -> float:
@@ -210,6 +212,7 @@ class StepPlanner:
             state.costs.seed(near.costs)
             state.drafting = near.drafting
             state.realised_sums, state.realised_prior = near.realised_sums, near.realised_prior
+            state.shape = near.shape
         return state
 
     def predict(self, backlog: int, context: float | None) -> tuple[np.ndarray, np.ndarray]:
@@ -247,8 +250,11 @@ class StepPlanner:
             state.probe_left -= 1
             state.probe_ended = state.probe_left == 0
             length, seconds = self.predict(backlog, context)
-            best = max((d for d in self.choices if d > 0), key=lambda d: length[d] / seconds[d])
-            self._plan = Plan(best, float(length[best]), float(seconds[best]), probe=True)
+            cap_shapes = shapes(self.depths.estimates().rate)
+            rate = length / seconds * by_cap(state.spread, state.shape, cap_shapes)
+            best = max((d for d in self.choices if d > 0), key=rate.__getitem__)
+            self._plan = Plan(best, float(length[best]), float(seconds[best]), probe=True,
+                              shape=float(cap_shapes[best]))
             return self._plan
         state.since_probe += 1
         # A cold draft's probe pays its whole prompt prefill: while plain decoding pays, it waits at least
@@ -271,9 +277,10 @@ class StepPlanner:
             usual = self.costs.catch_up(max(1, round(float(length[-1]))))
             extra = max(self.costs.catch_up(backlog) - usual, 0.0) * (1 - 1 / RESUME_HORIZON)
             decide = seconds - np.where(np.arange(len(seconds)) > 0, extra, 0.0)
-        rate = length / decide
+        cap_shapes = shapes(self.depths.estimates().rate)
+        rate = length / decide * by_cap(state.spread, state.shape, cap_shapes)  # a batch's tokens per second
         best = max((d for d in self.choices if d > 0), key=rate.__getitem__)
-        gain = rate[best] * seconds[0] * state.realised * state.spread
+        gain = rate[best] * seconds[0] * state.realised
         # to go on drafting, half the margin; so too right after a probe, whose steps paid the resume's
         # catch-up already: drafting on from there costs what drafting on costs
         going_on = state.drafting or state.probe_ended
@@ -322,7 +329,8 @@ class StepPlanner:
             # reading); a later one that disagrees with c_T by over C_T_RESET restarts it (`measure_ar`).
             state.c_t_probe, depth, probe = WARM_AFTER + C_T_FIRST - 1, 0, True
             self.costs.measure_ar(C_T_FIRST)
-        self._plan = Plan(depth, float(length[depth]), float(seconds[depth]), probe, warmup, float(gain))
+        self._plan = Plan(depth, float(length[depth]), float(seconds[depth]), probe, warmup, float(gain),
+                          float(cap_shapes[depth]))
         self._quick = 0
         if not depth and not state.drafting and not probe:
             self._arm_quick(cold)
@@ -468,7 +476,7 @@ class StepPlanner:
         # 2-core CPU: a call of 9 such steps and one tree measured a spread of 1.0 where the prior said 0.83,
         # and the next call drafted 13 trees on plans that read 1.04-1.17x: 0.98x AR by the rows' mean
         # tokens, about 0.8x by the batch's; bench/results/2026-12-06-cpu-smart-spread/)
-        self._call.add(rows, step.active, measured, drafted=not plain and step.width > 1)
+        self._call.add(rows, step.active, measured, drafted=not plain and step.width > 1, shape=plan.shape)
         s = self.stats
         s.probes += plan.probe
         s.predicted_tokens += plan.length
@@ -492,7 +500,9 @@ class StepPlanner:
         if call.rows is None:
             return
         self.stats.batch_tokens += float(call.rows.max())
-        self.state.spread, self.state.spread_calls = fold(self.state.spread, self.state.spread_calls, call)
+        state = self.state
+        state.shape = fold_shape(state.shape, state.spread_calls, call)
+        state.spread, state.spread_calls = fold(state.spread, state.spread_calls, call)
 
     def observe_tree(self, tokens: np.ndarray, parents: np.ndarray, num_nodes: np.ndarray, edge: np.ndarray,
                      acc_tokens: np.ndarray, num_accepted: np.ndarray) -> None:

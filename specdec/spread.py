@@ -4,9 +4,10 @@ A batch ends with its slowest row: the rows' mean accepted length overstates wha
 the batch (the embedded EAGLE head's 4:2:8 trees at HumanEval batch 8 on the 2-core CPU: 4.4 tokens a
 step for the rows still decoding, 3.6 for the batch; the last 5 of 19 steps ran with 1-7 of the 8 rows:
 bench/results/2026-12-02-cpu-batch-diagnostics/spread.txt). The step planner (`specdec.planner`) keeps
-one spread per batch size, scales drafting's predicted gain by it, folds each `generate` call's
-measurement into it (`fold`) and predicts it for batch sizes not measured yet (`predicted`). Batch 1:
-always 1.
+one spread per batch size, folds each `generate` call's measurement into it (`fold`) with the mean shape
+of the caps it was measured at (`fold_shape`, `shapes`), predicts it for batch sizes not measured yet
+(`predicted`), and prices each cap at that spread scaled to the cap's own shape (`by_cap`): deeper caps
+spread more. Batch 1: always 1.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from statistics import NormalDist
 
 import numpy as np
 
-__all__ = ["CallTokens", "fold", "predicted", "SPREAD_WEIGHT", "SPREAD_MIN_STEPS", "SPREAD_DEVIATION",
-           "SPREAD_PRIOR_CALLS"]
+__all__ = ["CallTokens", "fold", "fold_shape", "predicted", "shapes", "by_cap", "SPREAD_WEIGHT", "SPREAD_MIN_STEPS",
+           "SPREAD_DEVIATION", "SPREAD_PRIOR_CALLS"]
 
 SPREAD_WEIGHT = 0.25  # weight of one call in the batch-spread correction, after the first few (a running mean)
 SPREAD_MIN_STEPS = 4  # drafting steps a call needs before its spread counts
@@ -36,8 +37,10 @@ class CallTokens:
     mean_tokens: float = 0.0
     drafted_tokens: float = 0.0
     drafted_steps: int = 0
+    drafted_shape: float = 0.0  # the drafting steps' summed shapes (`shapes`) at their caps
 
-    def add(self, accepted: np.ndarray, active: np.ndarray | None, mean: float, drafted: bool) -> None:
+    def add(self, accepted: np.ndarray, active: np.ndarray | None, mean: float, drafted: bool,
+            shape: float = 0.0) -> None:
         if self.rows is None:
             self.rows = np.zeros(accepted.size if active is None else len(active))
         if active is None:
@@ -48,6 +51,7 @@ class CallTokens:
         if drafted:
             self.drafted_tokens += mean
             self.drafted_steps += 1
+            self.drafted_shape += shape
 
 
 @functools.lru_cache(maxsize=None)
@@ -102,3 +106,39 @@ def fold(spread: float, calls: int, call: CallTokens) -> tuple[float, int]:
     measured = min(max((call.drafted_tokens - lost) / call.drafted_tokens, 0.25), 1.0)
     weight = max(1 / (calls + 1), SPREAD_WEIGHT)
     return math.exp((1 - weight) * math.log(spread) + weight * math.log(measured)), calls + 1
+
+
+def shapes(rate: list[float]) -> np.ndarray:
+    """[len(rate)]: for each cap D, the spread of a row's accepted tokens in a step over the root of their mean,
+    sd(a) / sqrt(1 + E[a]), from the depth rates (rate[d]: P(a >= d | a >= d - 1); rate[0] unused); 0 at D = 0.
+
+    A batch's shortfall from its rows' mean grows with it: over a call of N tokens a row's steps number about
+    N / (1 + E[a]), so its tokens after them spread by sd(a) sqrt(N / (1 + E[a])), relative to N by this shape
+    over sqrt(N). Deeper caps spread more: on the demo pair at Spec-Bench batch 4 (Xeon 2-core CPU), drafting
+    every step at caps 3 to 6 measured spreads of 0.927, 0.904, 0.902 and 0.880, whose 1 / spread - 1 grow as
+    1 : 1.34 : 1.38 : 1.72 where this shape, at the depth rates traced there (0.82-0.92), grows as
+    1 : 1.25 : 1.50 : 1.73 (bench/results/2026-12-07-cpu-b4-anatomy/)."""
+    p = np.cumprod(np.asarray(rate[1:], dtype=np.float64))  # P(a >= d), d = 1 ..
+    d = np.arange(1, len(p) + 1)
+    mean = np.concatenate([[0.0], np.cumsum(p)])
+    second = np.concatenate([[0.0], np.cumsum((2 * d - 1) * p)])  # E[a^2] = sum over d of (2d - 1) P(a >= d)
+    return np.sqrt(np.maximum(second - mean * mean, 0.0)) / np.sqrt(1.0 + mean)
+
+
+def by_cap(spread: float, shape: float, cap_shapes: np.ndarray) -> np.ndarray:
+    """The spread of each cap: a batch size's `spread`, measured over drafting steps of mean `shape`, with its
+    shortfall (1 / spread - 1) scaled by each cap's shape over that one (`shapes`); `spread` for every cap while
+    no shape was measured."""
+    if shape <= 0.0 or spread >= 1.0:
+        return np.full(len(cap_shapes), spread)
+    return 1.0 / (1.0 + (1.0 / spread - 1.0) * np.asarray(cap_shapes) / shape)
+
+
+def fold_shape(shape: float, calls: int, call: CallTokens) -> float:
+    """The mean shape behind a batch size's spread after one more call (`calls`: the calls that measured the
+    spread before it), folded with the weight `fold` gives that call's spread; unchanged by a call that
+    drafted too little to measure it."""
+    if call.rows is None or call.rows.size < 2 or call.drafted_steps < SPREAD_MIN_STEPS:
+        return shape
+    weight = max(1 / (calls + 1), SPREAD_WEIGHT)
+    return (1 - weight) * shape + weight * call.drafted_shape / call.drafted_steps

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from specdec.planner import MARGIN, StepPlanner, StepRecord, TreeFacts
-from specdec.spread import SPREAD_DEVIATION, SPREAD_PRIOR_CALLS, SPREAD_WEIGHT
+from specdec.spread import SPREAD_DEVIATION, SPREAD_PRIOR_CALLS, SPREAD_WEIGHT, by_cap, shapes
 from tests.methods.test_planner import MAX_DEPTH, FixedDepths, RecordingDepths, brute_force, knee_cost
 
 
@@ -147,3 +147,53 @@ def test_a_batch_size_not_measured_yet_takes_the_spread_the_measured_ones_predic
     run_call(planner, at[8], [([True] * 8, [2] * 8)] * 4)  # and measures rows that move alike: its own 1.0 stands
     planner.start(at[8])
     assert planner.state.spread == 1.0
+
+
+def test_a_caps_shape_is_the_spread_of_its_accepted_tokens():
+    """shapes: sd(a) / sqrt(1 + E[a]) for each cap, from the depth rates (0 where a row always accepts the whole
+    cap); by_cap: a spread measured at one shape, its shortfall 1 / spread - 1 scaled by each cap's shape."""
+    assert shapes([1.0, 1.0, 1.0]).tolist() == [0.0, 0.0, 0.0]
+    got = shapes([1.0, 0.5, 0.5])  # cap 1: a = 0 or 1, at 1/2 each; cap 2: a = 0, 1, 2 at 1/2, 1/4, 1/4
+    assert got[1] == pytest.approx(0.5 / np.sqrt(1.5))
+    assert got[2] == pytest.approx(np.sqrt(1.25 - 0.75 ** 2) / np.sqrt(1.75))
+    deep = shapes([1.0] + [0.9] * 6)
+    assert deep[0] == 0.0 and np.all(np.diff(deep) > 0)  # deeper caps spread more
+    assert by_cap(0.8, 0.0, deep).tolist() == [0.8] * 7  # no shape measured yet: one spread for every cap
+    assert by_cap(1.0, deep[3], deep).tolist() == [1.0] * 7
+    spread = by_cap(0.8, deep[3], deep)
+    assert spread[3] == pytest.approx(0.8) and np.all(np.diff(spread[1:]) < 0)
+    assert 1 / spread[6] - 1 == pytest.approx(0.25 * deep[6] / deep[3])
+
+
+def test_each_cap_is_priced_at_its_own_spread():
+    """A call that measured a spread of 0.8: the planner keeps the mean shape of the caps it drafted, and its
+    next plan weighs each cap at that spread scaled by the cap's own shape (`by_cap`), choosing the cap of the
+    most batch tokens per second, not the most row tokens per second."""
+    cost = knee_cost(6, 1e-4)  # verification nearly flat past 6 nodes: rows' tokens a second peak at cap 5
+    planner = StepPlanner(MAX_DEPTH, online=False, realise=False, probe_every=1000)
+    planner.depths = RecordingDepths(0.9)
+    cap_shapes = shapes(planner.depths.estimates().rate)
+    both, first = [True, True], [True, False]
+    planner.start(cost)
+    drafted = []
+    for active, tokens in [(both, [1, 2])] * 4 + [(first, [1])] * 4:
+        plan = planner.plan(backlog=1)
+        assert plan.depth > 0 and plan.shape == pytest.approx(cap_shapes[plan.depth])
+        drafted.append(plan.shape)
+        step = StepRecord(8, np.asarray(tokens, dtype=np.float64), 0.2 * plan.seconds, 0.0, 0.8 * plan.seconds,
+                          0.0, active=np.asarray(active))
+        planner.record(step, TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=1))
+    planner.report()
+    assert planner.state.spread == pytest.approx(0.8) and planner.state.shape == pytest.approx(np.mean(drafted))
+    planner.start(cost)
+    plan = planner.plan(backlog=1)
+    while plan.depth == 0 and plan.probe:  # re-measuring c_T after a drafting run: not a decision
+        planner.record(StepRecord(1, np.ones(2), 0.0, 0.0, cost.ar_step, 0.0), None)
+        plan = planner.plan(backlog=1)
+    length, seconds = planner.predict(1, None)
+    batch = length / seconds * by_cap(0.8, planner.state.shape, cap_shapes)
+    rows = length / seconds * 0.8
+    best = max(range(1, MAX_DEPTH + 1), key=batch.__getitem__)
+    assert best < max(range(1, MAX_DEPTH + 1), key=rows.__getitem__)  # the spread by cap moves the choice
+    assert plan.gain == pytest.approx(batch[best] * seconds[0]) and plan.gain > 1 + MARGIN
+    assert plan.depth == best
