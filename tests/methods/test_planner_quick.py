@@ -9,18 +9,7 @@ import pytest
 
 import specdec.planner as planner_module
 from specdec.planner import MARGIN, QUICK_DRAFT, WARMUP, StepPlanner, StepRecord, TreeFacts
-from tests.methods.test_planner import MAX_DEPTH, RecordingDepths, knee_cost
-
-
-class Counting(RecordingDepths):
-    """Counts the drafting steps the planner learned from."""
-
-    def __init__(self, rate: float):
-        super().__init__(rate)
-        self.steps = 0
-
-    def record(self, facts, accepted, row_depth=None) -> None:
-        self.steps += 1
+from tests.methods.test_planner import MAX_DEPTH, CountingDepths, knee_cost
 
 
 def run(steps: int, probe_every: int, slow_from: int | None = None) -> tuple[list, list[bool]]:
@@ -29,7 +18,7 @@ def run(steps: int, probe_every: int, slow_from: int | None = None) -> tuple[lis
     was a full one (it learned every step recorded before it)."""
     planner = StepPlanner(MAX_DEPTH, online=False, probe_every=probe_every)
     planner.start(knee_cost(6, 1e-3))
-    planner.depths = Counting(0.9)
+    planner.depths = CountingDepths(0.9)
     plans, full, recorded = [], [], 0
     for i in range(steps):
         plan = planner.plan(backlog=1)
@@ -89,7 +78,7 @@ def test_quick_steps_learn_in_order_at_the_next_full_plan(quick, monkeypatch):
     monkeypatch.setattr(planner_module, "QUICK_DRAFT", quick)
     planner = StepPlanner(MAX_DEPTH, online=False, probe_every=1000)
     planner.start(knee_cost(6, 1e-3))
-    planner.depths = Counting(0.9)
+    planner.depths = CountingDepths(0.9)
     for _ in range(40):
         plan = planner.plan(backlog=1)
         planner.record(StepRecord(8, np.array([plan.length]), 0.2 * plan.seconds, 0.0, 0.8 * plan.seconds, 0.0),
