@@ -35,15 +35,17 @@ tested nodes for `Calibration`); the planner adds no sync.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .cost import CostModel
 from .estimates import Calibration, DepthStats, TreeFacts, tested_nodes
-from .online_costs import C_T_FIRST, CLIP, OnlineCosts
-from .spread import CallTokens, by_cap, fold, fold_shape, predicted, shapes
+from .online_costs import C_T_FIRST, OnlineCosts
+from .realised import RealisedRate
+from .spread import CallTokens, by_cap, fold, predicted, shapes
 from .stages import PlanStats, StepRecord
+from .step_pricing import StepPricing
 
 __all__ = ["StepRecord", "TreeFacts", "Plan", "PlanStats", "StepPlanner", "MARGIN"]
 
@@ -80,7 +82,6 @@ REPLAN_FAR = 32  # ... every 32 while the last one put drafting more than FAR be
 # Not while a call's c_T is being measured: a fresh planner's first plan prices plain steps at the profile's
 # c_T, which can be 20% off (the demo pair at HumanEval batch 4 on the Xeon 2-core CPU: 4.6 ms, 5.5 measured)
 RESUME_HORIZON = 8  # steps over which a longer catch-up after plain steps is amortised when deciding
-REALISED_WEIGHT = 0.03  # per step, drafting or plain, the decay of the realised-rate sums (~33 steps count)
 C_T_EVERY = 64  # drafting steps in a row before a few plain ones re-measure c_T (the first after WARMUP) ...
 C_T_STRETCH = 4  # ... this many times as many while a c_T C_T_DOUBT lower would not turn drafting plain: each
 C_T_DOUBT = 0.2  # re-measure is WARM_AFTER + C_T_FIRST plain steps, 7% of the steps at C_T_EVERY, and where
@@ -121,8 +122,7 @@ class _BatchState:
     plain_run: int = 0  # plain steps in a row before the current one
     quiet: int = 0  # plain steps left before the next full plan
     backoff: int = 1  # the probe interval's multiple while plain decoding pays
-    realised_sums: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # decayed: tokens, L, seconds, C
-    realised_prior: tuple[float, float] = (0.0, 0.0)  # the last drafting plan's L and C: a pseudo-step at 1
+    rate: RealisedRate = field(default_factory=RealisedRate)  # drafting steps' measured over predicted
     drafted_run: int = 0  # drafting steps since the last plain step
     c_t_probe: int = 0  # plain steps left in a c_T probe
     probe_left: int = 0  # drafting steps left in a probe from plain decoding (PROBE_STEPS in all)
@@ -131,17 +131,16 @@ class _BatchState:
     probe_ended: bool = False  # the last step was a probe's last: the draft is caught up
     spread: float = 1.0  # drafting steps' batch progress over their rows' mean accepted length (`spread.fold`)
     spread_calls: int = 0  # calls that measured it
-    shape: float = 0.0  # ... and their steps' mean shape (`spread.fold_shape`; 0: none): each cap's spread
+    shape: float = 0.0  # ... and their steps' mean shape (`spread.fold`; 0: none): each cap's spread
 
     @property
     def realised(self) -> float:
-        """Drafting steps' measured tokens per second over their predicted (`StepPlanner._realise`); 1 before
-        any drafting step."""
-        (t, n, s, c), (p, q) = self.realised_sums, self.realised_prior
-        return min(max(((t + p) / (n + p)) / ((s + q) / (c + q)), 0.25), 4.0) if p > 0 else 1.0
+        """Drafting steps' measured tokens per second over their predicted (`specdec.realised`); 1 before any
+        drafting step."""
+        return self.rate.value
 
 
-class StepPlanner:
+class StepPlanner(StepPricing):
     """Plans each step of one supplier (module docstring).
 
     max_depth: the deepest cap; choices: the caps it may plan (default 0 .. max_depth); host: the supplier
@@ -211,7 +210,7 @@ class StepPlanner:
             near = self._batches[min(known, key=lambda b: (abs(b - cost.batch_size), -b))]
             state.costs.seed(near.costs)
             state.drafting = near.drafting
-            state.realised_sums, state.realised_prior = near.realised_sums, near.realised_prior
+            state.rate = replace(near.rate)
             state.shape = near.shape
         return state
 
@@ -225,6 +224,12 @@ class StepPlanner:
             seconds = seconds + c.catch_up(backlog) + e.forwards * c.layer(e.layer_width)
         seconds[0] = c.ar(context)
         return e.length, seconds
+
+    def _batch_rates(self, length: np.ndarray, seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each cap's predicted batch tokens per second (`length` / `seconds` at the cap's own spread,
+        `spread.by_cap`) and the caps' shapes (`spread.shapes`)."""
+        state, cap_shapes = self.state, shapes(self.depths.estimates().rate)
+        return length / seconds * by_cap(state.spread, state.shape, cap_shapes), cap_shapes
 
     def plan(self, backlog: int = 1, context: float | None = None, cold: bool = False) -> Plan:
         """The cap of the next step (0: plain decoding). backlog: the draft's pending tokens (widest row),
@@ -250,8 +255,7 @@ class StepPlanner:
             state.probe_left -= 1
             state.probe_ended = state.probe_left == 0
             length, seconds = self.predict(backlog, context)
-            cap_shapes = shapes(self.depths.estimates().rate)
-            rate = length / seconds * by_cap(state.spread, state.shape, cap_shapes)
+            rate, cap_shapes = self._batch_rates(length, seconds)
             best = max((d for d in self.choices if d > 0), key=rate.__getitem__)
             self._plan = Plan(best, float(length[best]), float(seconds[best]), probe=True,
                               shape=float(cap_shapes[best]))
@@ -277,8 +281,7 @@ class StepPlanner:
             usual = self.costs.catch_up(max(1, round(float(length[-1]))))
             extra = max(self.costs.catch_up(backlog) - usual, 0.0) * (1 - 1 / RESUME_HORIZON)
             decide = seconds - np.where(np.arange(len(seconds)) > 0, extra, 0.0)
-        cap_shapes = shapes(self.depths.estimates().rate)
-        rate = length / decide * by_cap(state.spread, state.shape, cap_shapes)  # a batch's tokens per second
+        rate, cap_shapes = self._batch_rates(length, decide)
         best = max((d for d in self.choices if d > 0), key=rate.__getitem__)
         gain = rate[best] * seconds[0] * state.realised
         # to go on drafting, half the margin; so too right after a probe, whose steps paid the resume's
@@ -380,42 +383,10 @@ class StepPlanner:
         return True
 
     def _realise(self, plan: Plan | None, tokens: float = 0.0, seconds: float = 0.0) -> None:
-        """Age the evidence by one step and, for a drafting step (`plan`), fold its measured tokens and
-        seconds in beside its plan's. `realised` is the drafting steps' tokens per second over their
-        predicted, which scales the predicted gain when choosing between drafting and plain decoding: a
-        bias the cost and acceptance estimates keep (the demo pair at batch 4 on this CPU: predicted 1.34x,
-        0.91x measured by the planner's own c_T) then turns drafting off instead of persisting. The depth
-        choice is unchanged.
-
-        A ratio of sums, decayed by every step (plain ones too), with one pseudo-step of the last drafting
-        plan's own numbers (a realised rate of 1):
-        - A mean of per-step ratios is biased low: a step accepts a whole number of tokens around its
-          expectation (1 or 4 where 2.5 was predicted: a log-mean of 0.8, not 1). On the demo pair at
-          HumanEval batch 1 (586 drafting steps) the per-step ratios' geometric mean is 0.967 where the
-          ratio of sums is 1.025, and the former running log-mean was at 0.85 or below on a tenth of the
-          steps (bench/results/2026-12-02-cpu-realised/).
-        - Evidence that ages only with drafting steps froze a low rate once the planner turned plain (553 of
-          691 steps plain at 1.07x AR where drafting every step ran 1.11x: bench/results/*-cpu-smart-batch/).
-          Aged by plain steps too, a noisy stretch's rate returns toward 1, while a real bias gathers
-          evidence with each retry, so retries stay rare (a quarter of the planned rate: 4 of 200 steps).
-        - The warm-up probes are priced by the priors they exist to replace: they only age it too (counted,
-          they left EAGLE-3 + SMART at HumanEval batch 4 at 0.81 and plain; bench/results/*-eagle-3ce6e94/).
-        - A drafting step that resumes after plain steps (or whose draft is cold in the call) pays a long
-          catch-up, whose price is the catch-up's estimate, not drafting's: `_learn` ages the evidence with it
-          and does not fold it in. On the demo pair at Spec-Bench batch 16 on the 2-core CPU, a cold probe
-          priced at 58 ms ran in 35, the realised rate rose to 1.26, and the planner drafted 13 steps at
-          0.88x AR that its predictions (0.97x) would not have taken.
-        """
-        if not self.realise:
-            return
-        state, keep = self.state, 1 - REALISED_WEIGHT
-        t, n, s, c = (keep * x for x in state.realised_sums)
-        if plan is not None and seconds > 0 and plan.seconds > 0 and plan.length > 0:
-            # one step counts at most CLIP times its plan: a one-off (a GPU's Triton compile of a new tree
-            # shape, over a second against a 10 ms plan) is no drafting cost
-            t, n, s, c = t + tokens, n + plan.length, s + min(seconds, CLIP * plan.seconds), c + plan.seconds
-            state.realised_prior = (plan.length, plan.seconds)
-        state.realised_sums = (t, n, s, c)
+        """Age the realised rate by one step and, for a drafting step (`plan`), fold its measured tokens and
+        seconds in beside its plan's (`specdec.realised`; nothing with ``realise=False``)."""
+        if self.realise:
+            self.state.rate.step(plan.length if plan else 0.0, plan.seconds if plan else 0.0, tokens, seconds)
 
     def _hopeless(self, context: float | None) -> bool:
         """Whether drafting cannot pay even if every candidate were accepted: a chain of D tokens accepting
@@ -501,8 +472,7 @@ class StepPlanner:
             return
         self.stats.batch_tokens += float(call.rows.max())
         state = self.state
-        state.shape = fold_shape(state.shape, state.spread_calls, call)
-        state.spread, state.spread_calls = fold(state.spread, state.spread_calls, call)
+        state.spread, state.shape, state.spread_calls = fold(state.spread, state.shape, state.spread_calls, call)
 
     def observe_tree(self, tokens: np.ndarray, parents: np.ndarray, num_nodes: np.ndarray, edge: np.ndarray,
                      acc_tokens: np.ndarray, num_accepted: np.ndarray) -> None:
@@ -511,44 +481,3 @@ class StepPlanner:
         num_accepted [B]: `Acceptance.host_tokens`, `host_num_accepted`)."""
         tested, accepted = tested_nodes(tokens, parents, num_nodes, acc_tokens, num_accepted)
         self.calibration.observe(edge[tested], accepted[tested])
-
-    # ------------------------------------------------------------------ pricing inside a step
-    def frontier_width(self, bounds: list[float], onward: float, length: float, spent: float, width: int) -> int:
-        """How many of each row's best kept nodes the next draft layer forwards: 0 (stop drafting) to
-        len(bounds).
-
-        bounds[i]: the most that forwarding every row's i-th best node can add to the rows' accepted tokens
-        (a child is accepted only after its parent: the parents' calibrated probabilities, summed over
-        rows); onward: the measured chance of going one token deeper; length: the rows' summed L so far;
-        spent: the step's seconds so far outside verification; width: the padded tree width now. A forward of
-        w nodes costs a draft layer w wide and, at least, one more verified column. The width is the one
-        whose expected gain (bounds times onward) leaves the step the best tokens per second; the forward runs
-        only if even its best possible gain (the bounds) beats the step as it is.
-        """
-        c, context = self.costs, self.context
-        now = spent + c.verify(width, context)
-        column = c.verify(width + 1, context) - c.verify(width, context)
-        best, best_rate, bound = 0, 0.0, 0.0
-        for w, b in enumerate(bounds, 1):
-            bound += b
-            cost = now + c.layer(w) + column
-            rate = (length + onward * bound) / cost
-            if rate > best_rate and (length + bound) / cost > length / now:
-                best, best_rate = w, rate
-        return best
-
-    def cost_vector(self, spent: float, width: int) -> list[float]:
-        """K2's (c0, lambda, gamma, delta, rho) for a step that has spent `spent` seconds outside
-        verification: the verify fit scaled by this width's correction."""
-        c = self.costs
-        v = c.model.verify
-        scale = c.verify_scale(max(width, 2), self.context)
-        return [spent + scale * v.c0, 0.0, scale * v.gamma, v.delta, v.rho]
-
-    def spent(self, backlog: int, layer_widths: list[int]) -> float:
-        """Seconds a step has spent outside verification after its catch-up (or query) and layer forwards
-        of `layer_widths` nodes."""
-        c = self.costs
-        if self.host:
-            return c.rest + c.query
-        return c.rest + c.catch_up(backlog) + sum(c.layer(w) for w in layer_widths)

@@ -5,7 +5,7 @@ the batch (the embedded EAGLE head's 4:2:8 trees at HumanEval batch 8 on the 2-c
 step for the rows still decoding, 3.6 for the batch; the last 5 of 19 steps ran with 1-7 of the 8 rows:
 bench/results/2026-12-02-cpu-batch-diagnostics/spread.txt). The step planner (`specdec.planner`) keeps
 one spread per batch size, folds each `generate` call's measurement into it (`fold`) with the mean shape
-of the caps it was measured at (`fold_shape`, `shapes`), predicts it for batch sizes not measured yet
+of the caps it was measured at (`shapes`), predicts it for batch sizes not measured yet
 (`predicted`), and prices each cap at that spread scaled to the cap's own shape (`by_cap`): deeper caps
 spread more. Batch 1: always 1.
 """
@@ -19,7 +19,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-__all__ = ["CallTokens", "fold", "fold_shape", "predicted", "shapes", "by_cap", "SPREAD_WEIGHT", "SPREAD_MIN_STEPS",
+__all__ = ["CallTokens", "fold", "predicted", "shapes", "by_cap", "SPREAD_WEIGHT", "SPREAD_MIN_STEPS",
            "SPREAD_DEVIATION", "SPREAD_PRIOR_CALLS"]
 
 SPREAD_WEIGHT = 0.25  # weight of one call in the batch-spread correction, after the first few (a running mean)
@@ -88,24 +88,27 @@ def predicted(batch_size: int, measured: list[tuple[int, float, int]]) -> float:
     return 1 / (1 + deviation * slowest(batch_size))
 
 
-def fold(spread: float, calls: int, call: CallTokens) -> tuple[float, int]:
-    """The batch size's (spread, calls that measured it) after one more call (`call`, its rows counted).
+def fold(spread: float, shape: float, calls: int, call: CallTokens) -> tuple[float, float, int]:
+    """The batch size's (spread, the mean shape of the drafting steps it was measured over, calls that measured
+    it) after one more call (`call`, its rows counted).
 
     What the rows' per-step means add up to beyond the most tokens any row got is tokens that moved no row
     the batch waited for; charged to the call's drafting steps (plain steps move every row alike, and AR's
-    rows all end together), the call's spread = their batch progress over their rows' mean. A call that
-    drafted too little to measure it ages the spread a call's weight toward 1, as plain steps age the
-    realised rate: else one reading (0.756 from EAGLE-3 + SMART's warm-up at HumanEval batch 4) stands for
-    as long as the planner decodes plainly (docs/smart.md, "The planner"). Batch 1: unchanged.
+    rows all end together), the call's spread = their batch progress over their rows' mean, measured at
+    their mean shape (`shapes`), folded in with the same weight. A call that drafted too little to measure
+    it ages the spread a call's weight toward 1 (its shape unchanged), as plain steps age the realised rate:
+    else one reading (0.756 from EAGLE-3 + SMART's warm-up at HumanEval batch 4) stands for as long as the
+    planner decodes plainly (docs/smart.md, "The planner"). Batch 1: unchanged.
     """
     if call.rows is None or call.rows.size < 2:
-        return spread, calls
+        return spread, shape, calls
     if call.drafted_steps < SPREAD_MIN_STEPS:
-        return math.exp((1 - SPREAD_WEIGHT) * math.log(spread)), calls
+        return math.exp((1 - SPREAD_WEIGHT) * math.log(spread)), shape, calls
     lost = max(call.mean_tokens - float(call.rows.max()), 0.0)
     measured = min(max((call.drafted_tokens - lost) / call.drafted_tokens, 0.25), 1.0)
     weight = max(1 / (calls + 1), SPREAD_WEIGHT)
-    return math.exp((1 - weight) * math.log(spread) + weight * math.log(measured)), calls + 1
+    return (math.exp((1 - weight) * math.log(spread) + weight * math.log(measured)),
+            (1 - weight) * shape + weight * call.drafted_shape / call.drafted_steps, calls + 1)
 
 
 def shapes(rate: list[float]) -> np.ndarray:
@@ -132,13 +135,3 @@ def by_cap(spread: float, shape: float, cap_shapes: np.ndarray) -> np.ndarray:
     if shape <= 0.0 or spread >= 1.0:
         return np.full(len(cap_shapes), spread)
     return 1.0 / (1.0 + (1.0 / spread - 1.0) * np.asarray(cap_shapes) / shape)
-
-
-def fold_shape(shape: float, calls: int, call: CallTokens) -> float:
-    """The mean shape behind a batch size's spread after one more call (`calls`: the calls that measured the
-    spread before it), folded with the weight `fold` gives that call's spread; unchanged by a call that
-    drafted too little to measure it."""
-    if call.rows is None or call.rows.size < 2 or call.drafted_steps < SPREAD_MIN_STEPS:
-        return shape
-    weight = max(1 / (calls + 1), SPREAD_WEIGHT)
-    return (1 - weight) * shape + weight * call.drafted_shape / call.drafted_steps

@@ -19,9 +19,9 @@ PACKAGE = "specdec"
 LAYERS = ("ops", "core", "methods", "app")
 CORE = {"tree", "cache", "attention", "verify", "state", "sampling", "generate", "stages", "parallel", "records",
         "checks"}
-METHODS = {"suppliers", "planner", "cost", "cost_by_batch", "estimates", "online_costs", "spread", "profiling", "eagle",
-           "eagle_checkpoint", "eagle_profiling", "training", "vocab", "valuspec", "gate", "calibration", "datastore",
-           "_corpus"}
+METHODS = {"suppliers", "planner", "step_pricing", "realised", "cost", "cost_by_batch", "estimates", "online_costs",
+           "spread", "profiling", "eagle", "eagle_checkpoint", "eagle_profiling", "training", "vocab", "valuspec",
+           "gate", "calibration", "datastore", "_corpus"}
 # The app layer: the package specdec/app/ and `python -m specdec`'s entry point.
 APP = {"app", "__main__"}
 # Packaged data with a path helper (the demo pair's weights): imports nothing, so it sits at the bottom.
