@@ -259,10 +259,14 @@ class OnlineCosts:
 
     def observe_draft(self, step: StepRecord, facts: TreeFacts, context: float | None, host: bool,
                       steady: bool = True) -> None:
-        """A drafting step; `steady`: not the first after plain steps or of a call (`observe_verify`)."""
+        """A drafting step; `steady`: not the first after plain steps or of a call (`observe_verify`). Only steady
+        steps refit the draft's factors: a resume's propose holds a long catch-up run with the draft's weights
+        cold after plain steps (8-22 ms against 2-4 priced at Spec-Bench batch 4 on the 2-core CPU), and a
+        planner that was mostly plain learned its factors from little else, pricing steady cap-5 steps at
+        21 ms where they ran in 15 and staying plain (bench/results/2026-12-07-cpu-head-window/)."""
         if host:
             self.query = self._ema(self.query, step.propose) if self.query > 0 else step.propose
-        elif self.online:
+        elif self.online and steady:  # a resume's catch-up is the catch-up's, its weights cold (`_fit_draft`)
             self._fit_draft(step.propose, facts)
         self.rest = self._ema(self.rest, step.filter + step.commit)
         self.observe_verify(step, context, steady)

@@ -254,3 +254,22 @@ def test_one_slow_width_does_not_lift_the_wider_ones():
     # the wider widths stay near what they measured (the common level, lifted by the slow readings, moves them
     # some): 1.10x here, where the running maximum priced every width from 5 on at 1.58x
     assert costs.verify(12) < 1.15 * 5e-3 and costs.verify(16) < 1.15 * 5e-3
+
+
+def test_only_steady_drafting_steps_refit_the_draft_factors():
+    """A drafting step that resumes after plain steps (`steady=False`) pays a long catch-up with the draft's
+    weights cold; its propose time must not refit the factors that price every steady step."""
+    model = make_cost(ar_step=4e-3, loop=5e-4, layer=3e-4, catch_up=4e-4)
+    costs = OnlineCosts(model)
+    facts = TreeFacts(4, 3, (4, 4, 4), (8,), backlog=2)
+    steady = model.catch_up_seconds(2) + 3 * model.draft_seconds(4)
+    for _ in range(30):
+        costs.observe_draft(step_record(8, model.verify_seconds(8), steady, (3,)), facts, None, False)
+    before = (costs.catch_factor, costs.layer_factor)
+    assert before == pytest.approx((1.0, 1.0), abs=0.05)
+    for _ in range(10):  # resumes at 2.5x their price
+        costs.observe_draft(step_record(8, model.verify_seconds(8), 2.5 * steady, (3,)), facts, None, False,
+                            steady=False)
+    assert (costs.catch_factor, costs.layer_factor) == before
+    costs.observe_draft(step_record(8, model.verify_seconds(8), 2.5 * steady, (3,)), facts, None, False)
+    assert costs.catch_factor > before[0] or costs.layer_factor > before[1]  # a steady one does
