@@ -200,16 +200,19 @@ class StepPlanner(StepPricing):
 
     def _new_state(self, cost: CostModel) -> _BatchState:
         """The state of a batch size met for the first time: from the nearest batch size already planned
-        (its cost corrections and mode, its realised rate; the probe schedule starts afresh), else
-        the profile's. A server's batch sizes vary, and a prompt set's ragged last batch is one (learned from
-        scratch, its first two calls ran 1.30x and 1.13x as long as AR: docs/smart.md, "The planner"). Its spread is
-        predicted from every measured batch size (`start`), not copied."""
+        (its cost corrections, its realised rate, and its drafting mode when the new batch is not larger:
+        drafting pays less the larger the batch, so a larger one starts plain and needs the full margin; the
+        probe schedule starts afresh), else the profile's. A server's batch sizes vary, and a prompt set's
+        ragged last batch is one (learned from scratch, its first two calls ran 1.30x and 1.13x as long as AR:
+        docs/smart.md, "The planner"). Its spread is predicted from every measured batch size (`start`), not
+        copied."""
         state = _BatchState(OnlineCosts(cost, self.online))
         known = [b for b in self._batches if b != cost.batch_size]
         if known:
-            near = self._batches[min(known, key=lambda b: (abs(b - cost.batch_size), -b))]
+            near_size = min(known, key=lambda b: (abs(b - cost.batch_size), -b))
+            near = self._batches[near_size]
             state.costs.seed(near.costs)
-            state.drafting = near.drafting
+            state.drafting = near.drafting and cost.batch_size <= near_size
             state.rate = replace(near.rate)
             state.shape = near.shape
         return state

@@ -403,3 +403,15 @@ def test_a_new_batch_size_starts_from_the_nearest_one_planned():
     fresh = StepPlanner(MAX_DEPTH, probe_every=1000)
     fresh.start(six)
     assert fresh.state.drafting and fresh.state.costs.ar_step == 5e-3
+
+
+def test_a_larger_new_batch_size_does_not_inherit_drafting():
+    """Drafting pays less the larger the batch: a new batch size larger than the nearest one planned starts
+    plain (its first plan needs the full margin), a smaller one keeps that one's drafting mode."""
+    planner = StepPlanner(MAX_DEPTH, probe_every=1000)
+    planner.start(replace(knee_cost(6, 1e-3), batch_size=4))
+    planner.state.drafting = True
+    planner.start(replace(knee_cost(6, 1e-3), batch_size=8))
+    assert not planner.state.drafting
+    planner.start(replace(knee_cost(6, 1e-3), batch_size=3))
+    assert planner.state.drafting  # from batch 4, its nearest
