@@ -8,6 +8,14 @@ appends those pairs (token, feature) to a per-row backlog, whether the step draf
 forwards the whole backlog through the head (ragged rows, one forward) and keeps K/V of committed pairs
 only. The first step of a generation has no features yet and is a plain AR step.
 
+**A cold head reads a window.** Until its first catch-up in a call, the head keeps only the newest `window`
+pairs of each row's queue (the prompt's end, and the plain steps a planner took before drafting), and its
+first catch-up forwards those alone. The target's features already carry the whole context, and the head
+needs its own attention over the nearest pairs most: on the demo pair a window of 64 cost the shipped head
+0.4-1.2% of its accepted length at batch 1, and the head's 4:2:8 tree ran 5-6% faster at Spec-Bench batch
+8 and 16, where the catch-up over whole padded prompts of up to 294 tokens was several target steps
+(bench/results/2026-12-07-cpu-head-window/). RoPE is relative, so the kept pairs may start at position 0.
+
 Example, one row, prompt "a b c": step 1 verifies the root c alone (with the prompt block a b) and
 accepts d; commit queues the pairs (b, f_a), (c, f_b) from the prompt block and (d, f_c) from the tree.
 Step 2's catch-up forwards those three pairs; the output at (d, f_c) gives the children of the root d.
@@ -22,6 +30,7 @@ from transformers import PreTrainedModel
 
 from .. import ops
 from ..eagle import EagleHead
+from ..checks import as_int
 from ..ops._backend import resolve_backend
 from ..state import DecodeState
 from ..tree import TreeBatch, pack_bits
@@ -29,20 +38,24 @@ from ..verify import Acceptance, vocab_size
 from .base import position_limit, root_only
 from .draft import DraftSupplier, layer_ancestry
 
-__all__ = ["EagleRunner", "EagleSupplier"]
+__all__ = ["EagleRunner", "EagleSupplier", "WINDOW"]
+
+WINDOW = 64  # the most pairs a cold head's first catch-up in a call forwards per row (module docstring)
 
 
 class EagleRunner:
     """The head's side of a step, with `DraftRunner`'s interface and meaning (attach, start, commit,
     backlog, catch_up, begin_tree, forward_layer), so any supplier that drives a draft model drives a head.
 
-    backlog: [B] int64 (host): pairs committed per row that the head has not read; 0 before the first
-    commit (nothing to draft from: propose a root-only tree).
+    backlog: [B] int64 (host): pairs per row the head's next catch-up forwards; 0 before the first commit
+    (nothing to draft from: propose a root-only tree). window: the most pairs a row's first catch-up of a
+    call forwards (module docstring; None: every pair, the whole prompt included).
     """
 
-    def __init__(self, head: EagleHead, backend: str = "auto"):
+    def __init__(self, head: EagleHead, backend: str = "auto", window: int | None = WINDOW):
         if not isinstance(head, EagleHead):
             raise TypeError(f"head: expected a specdec EagleHead, got {type(head).__name__}")
+        self.window = None if window is None else as_int(window, "window", 1)
         self.head = head
         self.backend = backend
         self.backlog = np.zeros(0, dtype=np.int64)
@@ -119,6 +132,8 @@ class EagleRunner:
         zero = torch.zeros_like(acc.num_accepted)
         self._chunks.append((acc.tokens.clamp(min=0), acc.features, zero, acc.num_accepted + 1))
         self.backlog += acc.host_num_accepted + 1
+        if self.window is not None and not self._read_prompt:  # cold: only the newest pairs will be read
+            np.minimum(self.backlog, self.window, out=self.backlog)
 
     def catch_up(self, narrow: bool = False) -> Tensor:
         """Forward and commit every queued pair; returns the head's logits at the root, [B, V] (tokens
@@ -147,7 +162,8 @@ class EagleRunner:
         return logits if self._sharpen is None else logits * self._sharpen
 
     def _pack(self) -> tuple[Tensor, Tensor, Tensor]:
-        """The queued chunks as one right-padded ragged block: tokens [B, N], features [B, N, F], count [B]."""
+        """The queued chunks as one right-padded ragged block: tokens [B, N], features [B, N, F], count [B]:
+        each row's newest `backlog` pairs (all of them unless a cold head's window dropped the oldest)."""
         if len(self._chunks) == 1:  # the usual step: last step's acceptance, already in place
             tokens, features, _, count = self._chunks[0]
             return tokens, features, count
@@ -155,14 +171,16 @@ class EagleRunner:
         F, ref = self._chunks[-1][1].shape[-1], self._chunks[-1][1]
         out_tok = torch.zeros(B, N + 1, dtype=torch.int64, device=ref.device)  # column N: scratch
         out_feat = torch.zeros(B, N + 1, F, dtype=ref.dtype, device=ref.device)
-        offset = torch.zeros(B, dtype=torch.int64, device=ref.device)
+        keep = torch.from_numpy(self.backlog).to(ref.device)
+        offset = -(sum(count for *_, count in self._chunks) - keep)  # [B]: minus the pairs each row drops
         for tokens, features, first, count in self._chunks:
             j = torch.arange(tokens.shape[1], device=ref.device)[None, :] - first[:, None]  # [B, W]
-            dst = torch.where((j >= 0) & (j < count[:, None]), offset[:, None] + j, N)
+            dst = offset[:, None] + j
+            dst = torch.where((j >= 0) & (j < count[:, None]) & (dst >= 0), dst, N)
             out_tok.scatter_(1, dst, tokens)
             out_feat.scatter_(1, dst[:, :, None].expand(-1, -1, F), features.to(ref.dtype))
             offset = offset + count
-        return out_tok[:, :N], out_feat[:, :N], offset
+        return out_tok[:, :N], out_feat[:, :N], keep
 
     def _chain_plan(self, count: Tensor, N: int) -> ops.SdpaPlan:
         """The catch-up's dense mask: pair j of row b (j < count[b]) sees the row's committed slots and
@@ -226,17 +244,18 @@ class EagleSupplier(DraftSupplier):
     both sample from the head's warped distribution and carry it for the recursive rule, exactly as
     `DraftSupplier` does with a draft model (its docstring: why that is lossless).
 
-    head: an `EagleHead` loaded for the generator's target (`EagleHead.from_pretrained(path, target)`).
+    head: an `EagleHead` loaded for the generator's target (`EagleHead.from_pretrained(path, target)`);
+    window: the most pairs (prompt and plain steps) its first catch-up of a call reads per row (`EagleRunner`).
     """
 
     def __init__(self, head: EagleHead, *, mode: str = "tree", depth: int = 6, topk: int = 4, total_tokens: int = 16,
-                 backend: str = "auto"):
+                 window: int | None = WINDOW, backend: str = "auto"):
         if not isinstance(head, EagleHead):
             raise TypeError(f"head: expected a specdec EagleHead, got {type(head).__name__}")
         vocab = head.config.draft_vocab_size
         self._configure(mode, depth, topk, total_tokens, vocab)
         self.head = head
-        self.runner = EagleRunner(head, backend)
+        self.runner = EagleRunner(head, backend, window)
         self.backend = backend
 
     def feature_layers(self) -> tuple[int, ...]:

@@ -69,7 +69,7 @@ from ..tree import TreeBatch
 from ..verify import Acceptance, vocab_size
 from .base import Supplier, check_within, position_limit, root_only
 from .draft import DraftRunner
-from .eagle import EagleRunner
+from .eagle import WINDOW, EagleRunner
 from .smart_host import HostTree, PoolTree, candidates
 from .smart_rule import Rule, RowWeights
 
@@ -109,6 +109,8 @@ class SmartSupplier(Supplier):
     realise:       scale the predicted gain of drafting by the drafting steps' realised rate over their
                    predicted one when choosing between drafting and plain steps (`StepPlanner._realise`).
     margin, probe_every: the planner's (`specdec.planner`).
+    window:        over an EAGLE head, the most pairs its first catch-up of a call reads per row (the prompt's
+                   end and the plain steps before it: `suppliers.eagle`); a draft model reads its whole prompt.
     reprofile:     with a Profile, a batch size outside its profiled range is profiled on the pair when the
                    batch starts (once per batch size, inside that `generate` call) instead of using the
                    nearest profiled batch size.
@@ -119,7 +121,7 @@ class SmartSupplier(Supplier):
                  benefit: str = "expected", padding_aware: bool = True, early_stop: bool | None = None,
                  selection: str | None = None, planner: bool = True,
                  online: bool = True, margin: float = MARGIN, probe_every: int = 32, reprofile: bool = False,
-                 realise: bool = True,
+                 realise: bool = True, window: int | None = WINDOW,
                  backend: str = "auto"):
         if not isinstance(cost_model, (CostModel, Profile)):
             raise TypeError(f"cost_model: expected a CostModel or a Profile, got {type(cost_model).__name__}")
@@ -147,7 +149,7 @@ class SmartSupplier(Supplier):
         vocab = head.config.draft_vocab_size if head is not None else vocab_size(draft)
         if topk > vocab:
             raise ValueError(f"topk: {topk} exceeds the draft's vocabulary of {vocab}")
-        self.runner = EagleRunner(head, backend) if head is not None else DraftRunner(draft, backend)
+        self.runner = EagleRunner(head, backend, window) if head is not None else DraftRunner(draft, backend)
         self.draft, self._draft_model = draft, None if head is not None else draft
         self.alpha, self.topk, self.frontier, self.max_depth = float(alpha), topk, frontier, max_depth
         self.benefit, self.padding_aware, self.early_stop = benefit, padding_aware, early_stop
