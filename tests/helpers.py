@@ -28,9 +28,10 @@ from specdec.records import device_name
 from specdec.sampling import Sampling
 from specdec.stages import StepRecord
 from specdec.state import DecodeState
-from specdec.suppliers.base import Supplier
+from specdec.suppliers.base import Supplier, root_only
 from specdec.tree import TreeBatch
 from specdec.valuspec import BranchScorer
+from specdec.verify import PromptBlock
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository
 
@@ -304,6 +305,19 @@ def write_head(path, config: dict, tensors: dict) -> str:
     (path / "config.json").write_text(json.dumps(config))
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(path / "model.safetensors"))
     return str(path)
+
+
+def first_verification(target, head, ids, mask, max_new_tokens: int = 8, room: int = 40):
+    """A generation's first verification by hand, for an EAGLE head: (the decode state, the verifier asked for
+    the head's features, its cache, the acceptance of a root-only tree with the prompt block)."""
+    start = (mask == 0).sum(1)
+    state = DecodeState.begin(ids, start, max_new_tokens=max_new_tokens, capacity=ids.shape[1] + room,
+                              eos_token_ids=[], pad_token_id=0)
+    verifier = specdec.TreeVerifier(target)
+    verifier.request_features(head.feature_layers)
+    cache = verifier.new_cache(ids.shape[0], state.capacity)
+    acc = verifier.verify(root_only(state.root), cache, prompt=PromptBlock(ids[:, :-1], start))
+    return state, verifier, cache, acc
 
 
 # -------------------------------------------------------------------------------------------------- retrieval

@@ -17,7 +17,7 @@ from specdec.state import DecodeState
 from specdec.suppliers.base import root_only
 from specdec.suppliers.eagle import EagleRunner
 from specdec.verify import PromptBlock
-from tests.helpers import EAGLE_LAYERS, eagle_target, head_tensors, ragged_prompts, write_head
+from tests.helpers import EAGLE_LAYERS, eagle_target, first_verification, head_tensors, ragged_prompts, write_head
 
 pytestmark = pytest.mark.hf  # loading reads configs and RoPE through transformers: both CI versions run it
 
@@ -79,13 +79,7 @@ def reference_head(target, config, t, kind, tokens, features, project_rows):
 def first_step(target, head, ids, mask, backend="auto"):
     """Run a generation's first verification by hand; returns the runner after its catch-up, the root
     logits it returned and the acceptance."""
-    start = (mask == 0).sum(1)
-    state = DecodeState.begin(ids, start, max_new_tokens=8, capacity=ids.shape[1] + 40, eos_token_ids=[],
-                              pad_token_id=0)
-    verifier = specdec.TreeVerifier(target)
-    verifier.request_features(head.feature_layers)
-    cache = verifier.new_cache(ids.shape[0], state.capacity)
-    acc = verifier.verify(root_only(state.root), cache, prompt=PromptBlock(ids[:, :-1], start))
+    state, _, _, acc = first_verification(target, head, ids, mask)
     runner = EagleRunner(head, backend)
     runner.attach(target)
     runner.start(state, region=16)

@@ -9,12 +9,9 @@ import pytest
 import torch
 
 import specdec
-from specdec.state import DecodeState
-from specdec.suppliers.base import root_only
 from specdec.suppliers.eagle import EagleRunner
-from specdec.verify import PromptBlock
-from tests.helpers import (MODERATE, eagle_target, fixed_cost, generate_with, head_tensors, plan_schedule,
-                           ragged_prompts, reference, write_head)
+from tests.helpers import (MODERATE, eagle_target, first_verification, fixed_cost, generate_with, head_tensors,
+                           plan_schedule, ragged_prompts, reference, write_head)
 
 
 def random_head(tmp_path, target):
@@ -23,13 +20,7 @@ def random_head(tmp_path, target):
 
 def two_acceptances(target, head, ids, mask):
     """The decode state and the first two verifications' acceptances (prompt block, then a chain of four)."""
-    start = (mask == 0).sum(1)
-    state = DecodeState.begin(ids, start, max_new_tokens=16, capacity=ids.shape[1] + 60, eos_token_ids=[],
-                              pad_token_id=0)
-    verifier = specdec.TreeVerifier(target)
-    verifier.request_features(head.feature_layers)
-    cache = verifier.new_cache(ids.shape[0], state.capacity)
-    first = verifier.verify(root_only(state.root), cache, prompt=PromptBlock(ids[:, :-1], start))
+    state, verifier, cache, first = first_verification(target, head, ids, mask, max_new_tokens=16, room=60)
     greedy = reference(target, ids, mask, 4, eos=[])[:, ids.shape[1]:]
     chain = torch.cat([first.tokens[:, :1], greedy[:, 1:3], torch.full((ids.shape[0], 1), 7)], 1)
     second = verifier.verify(specdec.TreeBatch.chain(chain, torch.full((ids.shape[0],), 4)), cache)
