@@ -43,7 +43,7 @@ from .cost import CostModel
 from .estimates import Calibration, DepthStats, TreeFacts, tested_nodes
 from .online_costs import C_T_FIRST, OnlineCosts
 from .realised import RealisedRate
-from .spread import CallTokens, by_cap, fold, predicted, shapes
+from .spread import SPREAD_MIN_STEPS, SPREAD_WEIGHT, CallTokens, by_cap, fold, in_call, predicted, shapes
 from .stages import PlanStats, StepRecord
 from .step_pricing import StepPricing
 
@@ -131,6 +131,7 @@ class _BatchState:
     probe_ended: bool = False  # the last step was a probe's last: the draft is caught up
     spread: float = 1.0  # drafting steps' batch progress over their rows' mean accepted length (`spread.fold`)
     spread_calls: int = 0  # calls that measured it
+    call_steps: float = 0.0  # ... and their drafting steps per call (a running mean, as the spread's)
     shape: float = 0.0  # ... and their steps' mean shape (`spread.fold`; 0: none): each cap's spread
 
     @property
@@ -147,6 +148,8 @@ class StepPlanner(StepPricing):
     drafts on the host (retrieval, prompt lookup): its draft cost is its measured query, not catch-up and
     layers; margin, probe_every: see the module docstring; online: False freezes the costs at the profile's;
     realise: scale the drafting decision's predicted gain by the drafting steps' realised rate (`_realise`).
+    Attribute call_spread (True): correct the batch size's spread by the current call's rows so far
+    (`spread.in_call`); False prices every call at the batch size's.
     """
 
     def __init__(self, max_depth: int, *, choices: tuple[int, ...] | None = None, host: bool = False,
@@ -172,6 +175,7 @@ class StepPlanner(StepPricing):
         # the widest row's tokens in the call's previous counted step; before one, the most a drafting step
         # can emit (a longer catch-up then holds a cold draft's prompt)
         self._last_tokens = max_depth + 1
+        self.call_spread = True
 
     @property
     def costs(self) -> OnlineCosts:
@@ -232,7 +236,10 @@ class StepPlanner(StepPricing):
         """Each cap's predicted batch tokens per second (`length` / `seconds` at the cap's own spread,
         `spread.by_cap`) and the caps' shapes (`spread.shapes`)."""
         state, cap_shapes = self.state, shapes(self.depths.estimates().rate)
-        return length / seconds * by_cap(state.spread, state.shape, cap_shapes), cap_shapes
+        spread = by_cap(state.spread, state.shape, cap_shapes)
+        if self.call_spread:  # this call's rows so far (`spread.in_call`)
+            spread = spread * in_call(state.spread, state.call_steps, self._call)
+        return length / seconds * spread, cap_shapes
 
     def plan(self, backlog: int = 1, context: float | None = None, cold: bool = False) -> Plan:
         """The cap of the next step (0: plain decoding). backlog: the draft's pending tokens (widest row),
@@ -475,6 +482,9 @@ class StepPlanner(StepPricing):
             return
         self.stats.batch_tokens += float(call.rows.max())
         state = self.state
+        if call.drafted_steps >= SPREAD_MIN_STEPS and call.rows.size > 1:
+            weight = max(1 / (state.spread_calls + 1), SPREAD_WEIGHT)
+            state.call_steps = (1 - weight) * state.call_steps + weight * call.drafted_steps
         state.spread, state.shape, state.spread_calls = fold(state.spread, state.shape, state.spread_calls, call)
 
     def observe_tree(self, tokens: np.ndarray, parents: np.ndarray, num_nodes: np.ndarray, edge: np.ndarray,

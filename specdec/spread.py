@@ -19,7 +19,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-__all__ = ["CallTokens", "fold", "predicted", "shapes", "by_cap", "SPREAD_WEIGHT", "SPREAD_MIN_STEPS",
+__all__ = ["CallTokens", "fold", "in_call", "predicted", "shapes", "by_cap", "SPREAD_WEIGHT", "SPREAD_MIN_STEPS",
            "SPREAD_DEVIATION", "SPREAD_PRIOR_CALLS"]
 
 SPREAD_WEIGHT = 0.25  # weight of one call in the batch-spread correction, after the first few (a running mean)
@@ -38,6 +38,7 @@ class CallTokens:
     drafted_tokens: float = 0.0
     drafted_steps: int = 0
     drafted_shape: float = 0.0  # the drafting steps' summed shapes (`shapes`) at their caps
+    active: np.ndarray | None = None  # the rows still decoding at the last step (None: all)
 
     def add(self, accepted: np.ndarray, active: np.ndarray | None, mean: float, drafted: bool,
             shape: float = 0.0) -> None:
@@ -48,6 +49,7 @@ class CallTokens:
         else:
             self.rows[np.asarray(active, dtype=bool)] += accepted
         self.mean_tokens += mean
+        self.active = None if active is None else np.asarray(active, dtype=bool)
         if drafted:
             self.drafted_tokens += mean
             self.drafted_steps += 1
@@ -109,6 +111,29 @@ def fold(spread: float, shape: float, calls: int, call: CallTokens) -> tuple[flo
     weight = max(1 / (calls + 1), SPREAD_WEIGHT)
     return (math.exp((1 - weight) * math.log(spread) + weight * math.log(measured)),
             (1 - weight) * shape + weight * call.drafted_shape / call.drafted_steps, calls + 1)
+
+
+def in_call(spread: float, drafted_steps: float, call: CallTokens) -> float:
+    """The factor by which this call's rows so far move the batch size's `spread` (1: no evidence yet).
+
+    A call's spread is not its batch size's: a hard prompt among easy ones holds the batch back for the whole
+    call (Spec-Bench batch 4 on the demo pair: calls measured 0.79 to 0.99, the low one the call in which the
+    head's tree ran 0.85-0.90x AR: bench/results/2026-12-07-cpu-call-spread/). After k drafting steps the
+    slowest active row's share of the rows' tokens reads the call's spread, low by the per-step draws: a batch
+    size whose calls end at `spread` over `drafted_steps` drafting steps reads, by the shapes model (the
+    shortfall of a sum of k draws grows as sqrt(k), relative to it as 1 / sqrt(k)), 1 / (1 + (1 / spread - 1)
+    sqrt(drafted_steps / k)) after k. The call's reading over that expectation, to the power k / (k +
+    SPREAD_MIN_STEPS * 2) (shrunk toward 1 while the draws dominate), within [0.5, 1.25], is the factor."""
+    k = call.drafted_steps
+    if call.rows is None or call.rows.size < 2 or k < SPREAD_MIN_STEPS or call.drafted_tokens <= 0:
+        return 1.0
+    rows = call.rows if call.active is None else call.rows[call.active]
+    if rows.size < 2:
+        return 1.0
+    seen = min(max((call.drafted_tokens - max(call.mean_tokens - float(rows.min()), 0.0)) / call.drafted_tokens,
+                   0.25), 1.0)
+    expected = 1.0 / (1.0 + (1.0 / spread - 1.0) * math.sqrt(max(drafted_steps, k) / k))
+    return min(max(seen / expected, 0.5), 1.25) ** (k / (k + 2 * SPREAD_MIN_STEPS))
 
 
 def shapes(rate: list[float]) -> np.ndarray:

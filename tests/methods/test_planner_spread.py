@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from specdec.planner import MARGIN, StepPlanner, StepRecord, TreeFacts
-from specdec.spread import SPREAD_DEVIATION, SPREAD_PRIOR_CALLS, SPREAD_WEIGHT, by_cap, shapes
+from specdec.spread import (SPREAD_DEVIATION, SPREAD_MIN_STEPS, SPREAD_PRIOR_CALLS, SPREAD_WEIGHT, CallTokens, by_cap,
+                            in_call, shapes)
 from tests.methods.test_planner import MAX_DEPTH, FixedDepths, RecordingDepths, brute_force, knee_cost
 
 
@@ -37,6 +38,7 @@ def test_a_batch_waits_for_its_slowest_row_and_the_planner_prices_it(rows):
     _, speedup = brute_force(cost, FixedDepths(0.5))
     assert 1 + MARGIN < speedup < 1 / 0.8  # drafting pays unless the spread is priced
     planner = StepPlanner(MAX_DEPTH, online=False, realise=False, probe_every=1000)
+    planner.call_spread = False  # the spread folded at the call's end; within a call: the test below
     planner.depths = RecordingDepths(0.5)
     both, first = [True, True], [True, False]
     steps = {"diverging": [(both, [1, 2])] * 4 + [(first, [1])] * 4,
@@ -65,6 +67,7 @@ def test_root_only_drafting_steps_do_not_dilute_the_spread():
     six such steps in it (counted, they lifted it to 0.87, and a call of nothing else measured 1.0)."""
     cost = knee_cost(6, 1e-3)
     planner = StepPlanner(MAX_DEPTH, online=False, realise=False, probe_every=1000)
+    planner.call_spread = False  # the spread folded at the call's end; within a call: the test below
     planner.depths = RecordingDepths(0.5)
     both, first = [True, True], [True, False]
     planner.start(cost)
@@ -94,6 +97,7 @@ def test_calls_that_do_not_draft_age_the_spread_toward_one():
     call's weight toward 1; a drafting call that measures 0.8 again pulls it back down. Batch 1: always 1."""
     cost = knee_cost(6, 1e-3)
     planner = StepPlanner(MAX_DEPTH, online=False, realise=False, probe_every=1000)
+    planner.call_spread = False  # the spread folded at the call's end; within a call: the test below
     planner.depths = RecordingDepths(0.5)
     both, first = [True, True], [True, False]
     diverging = [(both, [1, 2])] * 4 + [(first, [1])] * 4
@@ -197,3 +201,55 @@ def test_each_cap_is_priced_at_its_own_spread():
     assert best < max(range(1, MAX_DEPTH + 1), key=rows.__getitem__)  # the spread by cap moves the choice
     assert plan.gain == pytest.approx(batch[best] * seconds[0]) and plan.gain > 1 + MARGIN
     assert plan.depth == best
+
+
+def call_of(steps):
+    """CallTokens after drafting steps given as (active rows, tokens per active row)."""
+    call = CallTokens()
+    for active, tokens in steps:
+        tokens = np.asarray(tokens, dtype=np.float64)
+        call.add(tokens, np.asarray(active), float(tokens.mean()), drafted=True)
+    return call
+
+
+def test_a_call_s_own_rows_move_its_spread():
+    """`in_call`: a call whose rows diverge for good reads below its batch size's spread (a factor < 1), one
+    whose rows keep together above it; the per-step draws' share is expected (at the same spread a call that
+    has drafted fewer steps is expected to read lower), a finished row is no slow row, and before
+    SPREAD_MIN_STEPS drafting steps there is no evidence."""
+    both = [True, True]
+    apart = call_of([(both, [2, 4])] * 8)
+    together = call_of([(both, [3, 3])] * 8)
+    assert in_call(0.85, 16, apart) < 0.95 and in_call(0.85, 16, together) > 1.0
+    assert in_call(0.85, 16, call_of([(both, [3, 3])] * 3)) == 1.0  # fewer than SPREAD_MIN_STEPS
+    assert SPREAD_MIN_STEPS <= 8
+    # the same reading counts for more early in a call (the draws' expected shortfall is larger then)...
+    assert in_call(0.85, 64, apart) > in_call(0.85, 8, apart)
+    # ... and a row that finished stops counting: the rows still decoding kept together
+    done = call_of([([True] * 3, [3, 3, 3])] * 4 + [([True, True, False], [3, 3])] * 4)
+    assert in_call(0.85, 16, done) > 1.0
+    assert in_call(0.85, 16, call_of([([True], [3])] * 8)) == 1.0  # one row: nothing to spread
+
+
+@pytest.mark.parametrize("rows", ["apart", "together"])
+def test_the_planner_weighs_its_call_s_rows(rows):
+    """Drafting pays by ~13% at a spread of 1 (the batch size's). A call whose rows drift apart (one gets 1
+    token a step, the other 3) turns plain within it; one whose rows keep together drafts to its end."""
+    cost = knee_cost(6, 1e-3)
+    planner = StepPlanner(MAX_DEPTH, online=False, realise=False, probe_every=1000)
+    planner.depths = RecordingDepths(0.5)
+    planner.start(cost)
+    depths = []
+    for _ in range(16):
+        plan = planner.plan(backlog=1)
+        depths.append(plan.depth)
+        if plan.depth == 0:
+            planner.record(StepRecord(1, np.ones(2), 0.0, 0.0, cost.ar_step, 0.0), None)
+            continue
+        tokens = [1.0, 3.0] if rows == "apart" else [2.0, 2.0]
+        planner.record(StepRecord(8, np.asarray(tokens), 0.2 * plan.seconds, 0.0, 0.8 * plan.seconds, 0.0),
+                       TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=1))
+    if rows == "apart":
+        assert depths[0] > 0 and 0 in depths[SPREAD_MIN_STEPS:12], depths
+    else:
+        assert all(d > 0 for d in depths), depths
