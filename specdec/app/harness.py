@@ -36,7 +36,8 @@ __all__ = ["METHODS", "PROMPT_SETS", "MethodResult", "Run", "environment", "load
 SMART_OPTIONS = {"alpha": float, "budget": int, "benefit": str, "topk": int, "frontier": int, "max_depth": int,
                  "padding_aware": bool, "early_stop": bool, "planner": bool, "online": bool, "margin": float,
                  "probe_every": int, "reprofile": bool, "realise": bool, "selection": str,
-                 "fit_batch": int}  # fit_batch=b: the cost model of batch b at every batch size (online-cost experiments)
+                 "fit_batch": int, "window": int}
+# fit_batch=b: the cost model of batch b at every batch size (online-cost experiments)
 PROMPT_SETS = ("humaneval", "spec_bench")
 
 
@@ -75,7 +76,8 @@ def load_prompts(name: str, count: int | None = None) -> list[str]:
 
 def smart_variant(spec: str) -> dict:
     """SmartSupplier options from a bench variant: "default", or comma-separated key=value pairs of
-    `SMART_OPTIONS` ("alpha=0.5,budget=none", "padding_aware=1", "benefit=expected"); a bad one is a
+    `SMART_OPTIONS` ("alpha=0.5,budget=none", "padding_aware=1", "benefit=expected", "window=none": an EAGLE
+    head's cold window, none for the whole queue); a bad one is a
     ValueError naming `smart_variants` (`evaluation.EvalSettings`' list of them)."""
     if spec == "default":
         return {}
@@ -86,7 +88,7 @@ def smart_variant(spec: str) -> dict:
             raise ValueError(f"smart_variants: {item!r} is not key=value with a key among {sorted(SMART_OPTIONS)}")
         kind = SMART_OPTIONS[key]
         try:
-            if value.lower() == "none" and key == "budget":
+            if value.lower() == "none" and key in ("budget", "window"):
                 options[key] = None
             elif kind is bool:
                 options[key] = {"1": True, "true": True, "0": False, "false": False}[value.lower()]

@@ -225,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--smart-variants", nargs="+", default=["default"], help="SmartSupplier options per smart "
                        "and eagle-smart run: 'default' or key=value,... (alpha, budget, benefit, topk, frontier, "
                        "max_depth, padding_aware, early_stop, planner, online, margin, probe_every, reprofile, "
-                       "fit_batch); several run as smart[<variant>], eagle-smart[<variant>]")
+                       "fit_batch, window); several run as smart[<variant>], eagle-smart[<variant>]")
     bench.add_argument("--valuspec-methods", nargs="+", default=[], help="also run these runs (labels as in the "
                        "table: retrieval, retrieval-64, tree, smart, ...) through ValuSpec as <label>+valuspec, the "
                        "draft as scorer, tau calibrated once (cached) on the last --calibration-size prompts of the "

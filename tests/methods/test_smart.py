@@ -201,6 +201,9 @@ def test_bench_variants_parse_and_fit_batch_pins_the_cost_model():
         "alpha": 0.5, "budget": None, "padding_aware": True, "planner": False}
     with pytest.raises(ValueError, match="smart_variants: 'alpha=x': 'x' is not a valid float"):
         smart_variant("alpha=x")
+    assert smart_variant("window=none") == {"window": None} and smart_variant("window=32") == {"window": 32}
+    with pytest.raises(ValueError, match="smart_variants: 'window=w'"):
+        smart_variant("window=w")
     prof = synthetic_profile(batch_sizes=(1, 4), scales=(1.0, 2.0))
     sup = make_supplier("smart", make_model("llama"), cost=prof, smart=smart_variant("fit_batch=1,probe_every=8"))
     assert isinstance(sup.source, CostModel) and sup.source.batch_size == 1 and sup.planner.probe_every == 8
