@@ -43,7 +43,7 @@ from .cost import CostModel
 from .estimates import Calibration, DepthStats, TreeFacts, tested_nodes
 from .online_costs import C_T_FIRST, OnlineCosts
 from .realised import RealisedRate
-from .spread import SPREAD_MIN_STEPS, SPREAD_WEIGHT, CallTokens, by_cap, fold, in_call, predicted, shapes
+from .spread import CallTokens, by_cap, fold, in_call, predicted, shapes
 from .stages import PlanStats, StepRecord
 from .step_pricing import StepPricing
 
@@ -131,7 +131,7 @@ class _BatchState:
     probe_ended: bool = False  # the last step was a probe's last: the draft is caught up
     spread: float = 1.0  # drafting steps' batch progress over their rows' mean accepted length (`spread.fold`)
     spread_calls: int = 0  # calls that measured it
-    call_steps: float = 0.0  # ... and their drafting steps per call (a running mean, as the spread's)
+    call_steps: float = 0.0  # ... and their drafting steps per call (`spread.fold`)
     shape: float = 0.0  # ... and their steps' mean shape (`spread.fold`; 0: none): each cap's spread
 
     @property
@@ -482,10 +482,8 @@ class StepPlanner(StepPricing):
             return
         self.stats.batch_tokens += float(call.rows.max())
         state = self.state
-        if call.drafted_steps >= SPREAD_MIN_STEPS and call.rows.size > 1:
-            weight = max(1 / (state.spread_calls + 1), SPREAD_WEIGHT)
-            state.call_steps = (1 - weight) * state.call_steps + weight * call.drafted_steps
-        state.spread, state.shape, state.spread_calls = fold(state.spread, state.shape, state.spread_calls, call)
+        state.spread, state.shape, state.call_steps, state.spread_calls = fold(
+            state.spread, state.shape, state.call_steps, state.spread_calls, call)
 
     def observe_tree(self, tokens: np.ndarray, parents: np.ndarray, num_nodes: np.ndarray, edge: np.ndarray,
                      acc_tokens: np.ndarray, num_accepted: np.ndarray) -> None:

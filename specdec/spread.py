@@ -7,7 +7,8 @@ bench/results/2026-12-02-cpu-batch-diagnostics/spread.txt). The step planner (`s
 one spread per batch size, folds each `generate` call's measurement into it (`fold`) with the mean shape
 of the caps it was measured at (`shapes`), predicts it for batch sizes not measured yet
 (`predicted`), and prices each cap at that spread scaled to the cap's own shape (`by_cap`): deeper caps
-spread more. Batch 1: always 1.
+spread more. Within a call, once it has drafted a few steps, its own rows correct the batch size's spread
+(`in_call`). Batch 1: always 1.
 """
 
 from __future__ import annotations
@@ -90,9 +91,10 @@ def predicted(batch_size: int, measured: list[tuple[int, float, int]]) -> float:
     return 1 / (1 + deviation * slowest(batch_size))
 
 
-def fold(spread: float, shape: float, calls: int, call: CallTokens) -> tuple[float, float, int]:
-    """The batch size's (spread, the mean shape of the drafting steps it was measured over, calls that measured
-    it) after one more call (`call`, its rows counted).
+def fold(spread: float, shape: float, steps: float, calls: int,
+         call: CallTokens) -> tuple[float, float, float, int]:
+    """The batch size's (spread, the mean shape of the drafting steps it was measured over, their mean number per
+    call (`in_call`), calls that measured it) after one more call (`call`, its rows counted).
 
     What the rows' per-step means add up to beyond the most tokens any row got is tokens that moved no row
     the batch waited for; charged to the call's drafting steps (plain steps move every row alike, and AR's
@@ -103,14 +105,15 @@ def fold(spread: float, shape: float, calls: int, call: CallTokens) -> tuple[flo
     planner decodes plainly (docs/smart.md, "The planner"). Batch 1: unchanged.
     """
     if call.rows is None or call.rows.size < 2:
-        return spread, shape, calls
+        return spread, shape, steps, calls
     if call.drafted_steps < SPREAD_MIN_STEPS:
-        return math.exp((1 - SPREAD_WEIGHT) * math.log(spread)), shape, calls
+        return math.exp((1 - SPREAD_WEIGHT) * math.log(spread)), shape, steps, calls
     lost = max(call.mean_tokens - float(call.rows.max()), 0.0)
     measured = min(max((call.drafted_tokens - lost) / call.drafted_tokens, 0.25), 1.0)
     weight = max(1 / (calls + 1), SPREAD_WEIGHT)
     return (math.exp((1 - weight) * math.log(spread) + weight * math.log(measured)),
-            (1 - weight) * shape + weight * call.drafted_shape / call.drafted_steps, calls + 1)
+            (1 - weight) * shape + weight * call.drafted_shape / call.drafted_steps,
+            (1 - weight) * steps + weight * call.drafted_steps, calls + 1)
 
 
 def in_call(spread: float, drafted_steps: float, call: CallTokens) -> float:

@@ -47,6 +47,8 @@ def test_a_batch_waits_for_its_slowest_row_and_the_planner_prices_it(rows):
     stats = run_call(planner, cost, steps)
     mean_tokens = sum(float(np.mean(t)) for _, t in steps)
     assert stats.measured_tokens == pytest.approx(mean_tokens)
+    # the drafting steps per measured call, which `in_call` scales its expectation by (one row: none measured)
+    assert planner.state.call_steps == {"diverging": 8, "even": 4, "single": 0}[rows]
     if rows == "diverging":
         assert stats.batch_tokens == 8 and planner.state.spread == pytest.approx(0.8)
         assert stats.measured_speedup == pytest.approx(stats.ar_seconds_measured * 0.8 / stats.seconds_measured)
