@@ -12,7 +12,8 @@ from transformers import PreTrainedTokenizerFast
 import specdec
 from specdec.app.cli import main
 from specdec.app.methods import names
-from tests.helpers import VOCAB, generate_matches_hf, eagle_target, head_tensors, write_head
+from tests.eagle_helpers import eagle_target, head_tensors, write_head
+from tests.helpers import VOCAB, generate_matches_hf
 
 pytestmark = pytest.mark.hf
 PROMPTS = ["w5 w6 w7 w5 w6", "w9 w10 w11 w12 w13 w9 w10 w11 w40"]

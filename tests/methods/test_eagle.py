@@ -17,7 +17,8 @@ from specdec.state import DecodeState
 from specdec.suppliers.base import root_only
 from specdec.suppliers.eagle import EagleRunner
 from specdec.verify import PromptBlock
-from tests.helpers import EAGLE_LAYERS, eagle_target, first_verification, head_tensors, ragged_prompts, write_head
+from tests.eagle_helpers import EAGLE_LAYERS, eagle_target, first_verification, head_tensors, write_head
+from tests.helpers import ragged_prompts
 
 pytestmark = pytest.mark.hf  # loading reads configs and RoPE through transformers: both CI versions run it
 

@@ -19,8 +19,8 @@ from specdec.suppliers.base import root_only
 from specdec.suppliers.eagle import EagleRunner
 from specdec.training import TrainSettings, greedy_sequences, target_batch, train_eagle, ttt_logits, ttt_losses
 from specdec.verify import PromptBlock
-from tests.helpers import (WARPS, assert_matches, calibration, eagle_target, head_tensors, make_model, ragged_prompts,
-                           write_head)
+from tests.eagle_helpers import eagle_target, head_tensors, write_head
+from tests.helpers import WARPS, assert_matches, calibration, make_model, ragged_prompts
 
 TRAIN = TrainSettings(steps=40, batch_size=8, seq_len=40, prompt_len=8, num_sequences=48, lr=3e-3, warmup=5,
                       checkpoint_every=1000, generate_batch=48)

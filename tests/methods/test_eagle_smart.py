@@ -12,8 +12,9 @@ import torch
 
 import specdec
 from specdec.profiling import BACKLOGS
-from tests.helpers import (MODERATE, SCHEDULE, eagle_target, fixed_cost, generate_with, head_tensors, make_model,
-                           perturbed, plan_schedule, ragged_prompts, reference, write_head)
+from tests.eagle_helpers import eagle_target, head_tensors, write_head
+from tests.helpers import (MODERATE, SCHEDULE, fixed_cost, generate_with, make_model, perturbed, plan_schedule,
+                           ragged_prompts, reference)
 
 
 def random_head(tmp_path, target, kind="eagle3"):

@@ -10,8 +10,8 @@ import torch
 
 import specdec
 from specdec.suppliers.eagle import EagleRunner
-from tests.helpers import (MODERATE, eagle_target, first_verification, fixed_cost, generate_with, head_tensors,
-                           plan_schedule, ragged_prompts, reference, write_head)
+from tests.eagle_helpers import eagle_target, first_verification, head_tensors, write_head
+from tests.helpers import MODERATE, fixed_cost, generate_with, plan_schedule, ragged_prompts, reference
 
 
 def random_head(tmp_path, target):

@@ -19,9 +19,10 @@ from specdec.gate import DEPTHS, CostGate, StepPlan
 from specdec.planner import StepRecord
 from specdec.tree import TreeBatch, unpack_bits
 from specdec.valuspec import BranchScorer, ValuSpecFilter, fill_to_width, keep_branches
+from tests.eagle_helpers import eagle_target, head_tensors, write_head
 from tests.helpers import MODERATE as SMART_COST
-from tests.helpers import (counting, eagle_target, eos_mid_batch_case, fixed_cost, head_tensors, make_cost, make_model,
-                           perturbed, ragged_prompts, reference, state_for, store_of_outputs, write_head)
+from tests.helpers import (counting, eos_mid_batch_case, fixed_cost, make_cost, make_model, perturbed, ragged_prompts,
+                           reference, state_for, store_of_outputs)
 
 CAL_PROMPTS = [[5, 6, 7, 8, 9], [20, 30, 40, 50]]
 
