@@ -12,8 +12,8 @@ only. The first step of a generation has no features yet and is a plain AR step.
 pairs of each row's queue (the prompt's end, and the plain steps a planner took before drafting), and its
 first catch-up forwards those alone. The target's features already carry the whole context, and the head
 needs its own attention over the nearest pairs most: on the demo pair a window of 64 cost the shipped head
-0.4-1.2% of its accepted length at batch 1, and the head's 4:2:8 tree ran 5-6% faster at Spec-Bench batch
-8 and 16, where the catch-up over whole padded prompts of up to 294 tokens was several target steps
+0.4-1.2% of its accepted length at batch 1, and the head's 4:2:8 tree ran 3-6% faster at batch 8 and 16
+(HumanEval and Spec-Bench), where the catch-up over whole padded prompts of up to 294 tokens was several target steps
 (bench/results/2026-12-07-cpu-head-window/). RoPE is relative, so the kept pairs may start at position 0.
 
 Example, one row, prompt "a b c": step 1 verifies the root c alone (with the prompt block a b) and
