@@ -194,7 +194,11 @@ class StepPlanner(StepPricing):
             state.spread = predicted(cost.batch_size, measured)
         self.state = state
         state.probe_left, state.probe_ended = 0, False  # a probe does not run on into a new call's cold draft
-        state.quiet = min(state.quiet, REPLAN_EVERY - 1)  # the call's c_T measurement (below) is weighed soon
+        # A call's first plannable step gets a full plan: new rows and a cold draft are news a quiet stretch left
+        # by the last call would not weigh (a fresh planner's cold first call, priced on priors, turned plain
+        # and the next call then decoded its first 7 steps plainly where drafting ran 1.15x AR:
+        # bench/results/2026-12-08-cpu-call-start/); its c_T measurement (below) is weighed REPLAN_EVERY later
+        state.quiet = 0
         self.stats = PlanStats()
         # c_T carried from the last call can be far from this one's: calls differ in speed beyond what the
         # context scaling says (Spec-Bench batch 4 on the 2-core CPU: 15-17 ms a plain step for one batch,
