@@ -1,5 +1,7 @@
 """One-process A/B: AR, the head's 4:2:8 tree, EAGLE-3 + SMART "a" (as committed) and "b" (planner module constants
-patched around its runs: B="C_T_EVERY=128,MARGIN=0.03"; BSMART= smart variant; DRAFT=1: SMART over the draft model,
+patched around its runs: B="C_T_EVERY=128", only constants read while planning: MARGIN is read at construction,
+so B="MARGIN=..." leaves b the same planner as a, an A/A; OLDSTART=1: b keeps the last call's quiet stretch;
+BSMART= smart variant; DRAFT=1: SMART over the draft model,
 tree = the draft's 4:2:10), same suppliers through the batch sizes in order, ROUNDS interleaved rounds (order
 reversed every other round). usage: ab2.py SET BATCHES ROUNDS"""
 import sys, os, numpy as np
