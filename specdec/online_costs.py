@@ -38,13 +38,14 @@ if TYPE_CHECKING:
     from .estimates import TreeFacts
     from .stages import StepRecord
 
-__all__ = ["OnlineCosts", "C_T_WINDOW", "C_T_FIRST", "C_T_RESET"]
+__all__ = ["OnlineCosts", "C_T_WINDOW", "C_T_FIRST", "C_T_RESET", "C_T_AGREE"]
 
 COST_WEIGHT = 0.15  # weight of one observation in the running cost estimates
 LEVEL_WEIGHT = 0.05  # ... in the verify stage's common level (a step's verify time is noisy)
 C_T_WINDOW = 31  # warm plain steps whose median is c_T (a burst of stalls shorter than half of it moves nothing)
 C_T_FIRST = 3  # warm plain steps one measurement of c_T takes (each c_T probe of the planner)
 C_T_RESET = 0.2  # a measurement whose median is further than this from c_T replaces the window (`measure_ar`)
+C_T_AGREE = 0.05  # ... one within this of it agrees (`c_t_agreed`: the planner then re-measures less often)
 LEVEL_STALE = 8  # plain steps after which the verify level is learned afresh by the next drafting steps
 BOUND_STEPS = 3  # steady drafting steps, newer than c_T's newest member, whose median verify bounds c_T
 CLIP = 3.0  # one step's timing moves an estimate by at most this factor (a stall is not a new cost)
@@ -76,6 +77,7 @@ class OnlineCosts:
     def __init__(self, model: CostModel, online: bool = True):
         self.model, self.online = model, online
         self.ar_seen = 0  # plain steps in their steady state that updated c_T
+        self.c_t_agreed = 0  # measurements in a row (`measure_ar`) that found c_T within C_T_AGREE of itself
         # c_T's window: each warm plain step over the profile's c_T (context-normalised). The profile's value
         # is c_T until the first measurement and no member of it: the profile is one moment of the machine
         # (one taken in a stalled minute read c_T at 50 ms where steps ran 9-10, and as a member it held c_T
@@ -237,9 +239,12 @@ class OnlineCosts:
                 if len(readings) >= count:
                     self._measuring = None
                     fresh = statistics.median(readings)
-                    if reference is not None and abs(math.log(fresh / reference)) > math.log1p(C_T_RESET):
-                        self._ar_window = deque(readings, maxlen=C_T_WINDOW)
-                        self._ar_ratio = fresh
+                    if reference is not None:
+                        shift = abs(math.log(fresh / reference))
+                        self.c_t_agreed = self.c_t_agreed + 1 if shift <= math.log1p(C_T_AGREE) else 0
+                        if shift > math.log1p(C_T_RESET):
+                            self._ar_window = deque(readings, maxlen=C_T_WINDOW)
+                            self._ar_ratio = fresh
 
     @property
     def measuring(self) -> bool:
@@ -301,7 +306,7 @@ class OnlineCosts:
         # over other's profile; a supplier that drafts every step would otherwise price a new batch size by it
         # for 64 drafting steps, and a fresh planner's profile c_T was 20% off on the Xeon 2-core CPU (the demo
         # pair at HumanEval batch 4: 4.6 ms, 5.5 measured; bench/results/2026-12-07-cpu-eagle-smart-b1/).
-        self.ar_seen = 0
+        self.ar_seen = self.c_t_agreed = 0
         # a member, measured: the next measurement counts as its mean with it, two outvote it
         self._ar_window = deque([other._ar_ratio] if other._ar_window else [], maxlen=C_T_WINDOW)
         self._ar_ratio, self._since_level = other._ar_ratio, other._since_level

@@ -87,6 +87,9 @@ C_T_STRETCH = 4  # ... this many times as many while a c_T C_T_DOUBT lower would
 C_T_DOUBT = 0.2  # re-measure is WARM_AFTER + C_T_FIRST plain steps, 7% of the steps at C_T_EVERY, and where
 # drafting ran 1.5x AR (the demo pair's EAGLE-3 head at HumanEval batch 1) each plain step gave up ~2.8 ms: 3-4%
 # of the run, to refine a unit the decision did not hinge on (bench/results/2026-12-07-cpu-c-t-stretch/)
+C_T_AGREEING = 2  # ... twice as many for each of the last measurements (up to this many) that found c_T where it
+# was (`OnlineCosts.c_t_agreed`): a call holding a c_T probe ran 0.90x the 4:2:8 tree at HumanEval batch 4 on the
+# EPYC 2-core CPU, calls drafting throughout 1.015x (bench/results/2026-12-08-cpu-c-t-agree/)
 COLD_PROBE = 4  # a cold draft's probe waits BACKOFF intervals or more only if its catch-up costs more AR steps
 QUICK_DRAFT = 4  # while drafting pays by the full margin, after this many drafting steps in a row learned from, a
 # full plan every 4th drafting step; the steps between reuse its cap and are learned from at the next (`plan`). A
@@ -194,9 +197,7 @@ class StepPlanner(StepPricing):
             state.spread = predicted(cost.batch_size, measured)
         self.state = state
         state.probe_left, state.probe_ended = 0, False  # a probe does not run on into a new call's cold draft
-        # A call's first plannable step gets a full plan: new rows and a cold draft are news a quiet stretch left
-        # by the last call would not weigh (a fresh planner's cold first call, priced on priors, turned plain
-        # and the next call then decoded its first 7 steps plainly where drafting ran 1.15x AR:
+        # A call's first plannable step gets a full plan, not the last call's quiet stretch (new rows, a cold draft:
         # bench/results/2026-12-08-cpu-call-start/); its c_T measurement (below) is weighed REPLAN_EVERY later
         state.quiet = 0
         self.stats = PlanStats()
@@ -361,11 +362,12 @@ class StepPlanner(StepPricing):
     def _c_t_every(self, gain: float) -> int:
         """Drafting steps in a row before plain steps re-measure c_T: WARMUP before its first measurement at this
         batch size, then C_T_EVERY, or C_T_STRETCH times as many while the best plan's gain (`plan`) would keep
-        drafting on (half the margin) with a c_T C_T_DOUBT lower than the one it was priced at."""
+        drafting on (half the margin) with a c_T C_T_DOUBT lower than the one it was priced at; either doubled
+        for each of the last C_T_AGREEING measurements that agreed with c_T (`OnlineCosts.c_t_agreed`)."""
         if not self.costs.ar_seen:
             return WARMUP
         sure = gain * (1 - C_T_DOUBT) > 1 + self.margin / 2
-        return C_T_EVERY * (C_T_STRETCH if sure else 1)
+        return C_T_EVERY * (C_T_STRETCH if sure else 1) * 2 ** min(self.costs.c_t_agreed, C_T_AGREEING)
 
     def _arm_quick(self, cold: bool) -> None:
         """After a plain step planned by `plan` while plain decoding pays: the quiet steps before the next

@@ -13,7 +13,7 @@ import pytest
 from specdec.cost import CostModel, Curve
 from specdec.estimates import Estimates
 from specdec.online_costs import C_T_FIRST, OnlineCosts
-from specdec.planner import (BACKOFF, C_T_DOUBT, C_T_EVERY, C_T_STRETCH, COLD_PROBE, EVIDENCE_ROWS, FAR,
+from specdec.planner import (BACKOFF, C_T_AGREEING, C_T_DOUBT, C_T_EVERY, C_T_STRETCH, COLD_PROBE, EVIDENCE_ROWS, FAR,
                              FAR_ROWS, MARGIN, PROBE_STEPS, REPLAN_EVERY, REPLAN_FAR, WARM_AFTER, WARMUP,
                              WARMUP_EVIDENCE, Plan, StepPlanner, StepRecord, TreeFacts)
 from tests.helpers import make_cost, step_record
@@ -214,6 +214,39 @@ def test_a_planner_that_always_drafts_re_measures_c_t_with_a_few_plain_steps(rat
     assert planner.costs.ar_seen == 2 * C_T_FIRST and planner.costs.ar(None) == pytest.approx(slower * cost.ar_step)
     steady = gains[WARMUP:]  # the plans weighed at the measured c_T: the regime the case names
     assert all((g * (1 - C_T_DOUBT) > 1 + MARGIN / 2) == sure and g > 1 + MARGIN for g in steady)
+
+
+@pytest.mark.parametrize("speeds, doubling", [((1.0,), True), ((1.0, 1.12), False)])
+def test_c_t_probes_come_less_often_while_they_find_c_t_where_it_was(speeds, doubling):
+    """Each c_T probe whose measurement agrees with c_T (within C_T_AGREE) doubles the drafting steps before the
+    next, up to C_T_AGREEING times; one that disagrees (plain steps now 12% slower, now back) restarts the
+    count: every probe then comes C_T_EVERY drafting steps after the last. (The first measurement has no c_T
+    of its own to agree with.)"""
+    cost = knee_cost(6, 1e-3)
+    planner = StepPlanner(MAX_DEPTH, probe_every=10_000)
+    planner.start(cost)
+    planner.depths = RecordingDepths(0.7)  # drafting pays, not by enough to stretch the interval (C_T_DOUBT)
+    probe_steps = WARM_AFTER + C_T_FIRST
+    runs, drafted, plain, probes = [], 0, 0, 0
+    while len(runs) < C_T_AGREEING + 3:
+        plan = planner.plan(backlog=1)
+        if plan.depth:
+            drafted += 1
+            step = StepRecord(8, np.array([plan.length]), 0.2 * plan.seconds, 0.0, cost.verify_seconds(8), 0.0)
+            planner.record(step, TreeFacts(plan.depth, plan.depth - 1, (4,) * (plan.depth - 1), (8,), backlog=1))
+            continue
+        assert plan.probe
+        if drafted:
+            runs.append(drafted)
+            drafted = 0
+        speed = speeds[probes % len(speeds)]
+        planner.record(step_record(1, speed * cost.ar_step), None)
+        plain += 1
+        if plain == probe_steps:
+            plain, probes = 0, probes + 1
+    later = [C_T_EVERY * 2 ** min(i, C_T_AGREEING) for i in range(len(runs) - 1)] if doubling else \
+        [C_T_EVERY] * (len(runs) - 1)
+    assert runs == [WARMUP] + later
 
 
 def test_each_call_measures_c_t_afresh_when_it_runs_at_another_speed():
