@@ -87,7 +87,7 @@ C_T_STRETCH = 4  # ... this many times as many while a c_T C_T_DOUBT lower would
 C_T_DOUBT = 0.2  # re-measure is WARM_AFTER + C_T_FIRST plain steps, 7% of the steps at C_T_EVERY, and where
 # drafting ran 1.5x AR (the demo pair's EAGLE-3 head at HumanEval batch 1) each plain step gave up ~2.8 ms: 3-4%
 # of the run, to refine a unit the decision did not hinge on (bench/results/2026-12-07-cpu-c-t-stretch/)
-C_T_AGREEING = 2  # ... twice as many for each of the last measurements (up to this many) that found c_T where it
+C_T_AGREEING = 2  # ... else twice as many for each of the last measurements (up to this many) that found c_T where it
 # was (`OnlineCosts.c_t_agreed`): a call holding a c_T probe ran 0.90x the 4:2:8 tree at HumanEval batch 4 on the
 # EPYC 2-core CPU, calls drafting throughout 1.015x (bench/results/2026-12-08-cpu-c-t-agree/)
 COLD_PROBE = 4  # a cold draft's probe waits BACKOFF intervals or more only if its catch-up costs more AR steps
@@ -362,12 +362,12 @@ class StepPlanner(StepPricing):
     def _c_t_every(self, gain: float) -> int:
         """Drafting steps in a row before plain steps re-measure c_T: WARMUP before its first measurement at this
         batch size, then C_T_EVERY, or C_T_STRETCH times as many while the best plan's gain (`plan`) would keep
-        drafting on (half the margin) with a c_T C_T_DOUBT lower than the one it was priced at; either doubled
-        for each of the last C_T_AGREEING measurements that agreed with c_T (`OnlineCosts.c_t_agreed`)."""
+        drafting on (half the margin) with a c_T C_T_DOUBT lower than the one it was priced at; else C_T_EVERY
+        doubled for each of the last C_T_AGREEING measurements that agreed with c_T (`OnlineCosts.c_t_agreed`)."""
         if not self.costs.ar_seen:
             return WARMUP
         sure = gain * (1 - C_T_DOUBT) > 1 + self.margin / 2
-        return C_T_EVERY * (C_T_STRETCH if sure else 1) * 2 ** min(self.costs.c_t_agreed, C_T_AGREEING)
+        return C_T_EVERY * (C_T_STRETCH if sure else 2 ** min(self.costs.c_t_agreed, C_T_AGREEING))
 
     def _arm_quick(self, cold: bool) -> None:
         """After a plain step planned by `plan` while plain decoding pays: the quiet steps before the next

@@ -218,8 +218,8 @@ def test_a_planner_that_always_drafts_re_measures_c_t_with_a_few_plain_steps(rat
 
 @pytest.mark.parametrize("speeds, doubling", [((1.0,), True), ((1.0, 1.12), False)])
 def test_c_t_probes_come_less_often_while_they_find_c_t_where_it_was(speeds, doubling):
-    """Each c_T probe whose measurement agrees with c_T (within C_T_AGREE) doubles the drafting steps before the
-    next, up to C_T_AGREEING times; one that disagrees (plain steps now 12% slower, now back) restarts the
+    """Where the gain is not sure (C_T_DOUBT), each c_T probe whose measurement agrees with c_T (within C_T_AGREE)
+    doubles the drafting steps before the next, up to C_T_AGREEING times (at most C_T_STRETCH x C_T_EVERY); one that disagrees (plain steps now 12% slower, now back) restarts the
     count: every probe then comes C_T_EVERY drafting steps after the last. (The first measurement has no c_T
     of its own to agree with.)"""
     cost = knee_cost(6, 1e-3)
