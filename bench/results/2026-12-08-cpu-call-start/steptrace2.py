@@ -1,5 +1,5 @@
 """Per call: AR, the 4:2:8 tree and EAGLE-3 + SMART (default) back to back, ROUNDS rounds; the last round's SMART
-steps traced.  usage: steptrace.py SET BATCH ROUNDS   (SMART= smart variant spec)"""
+steps traced.  usage: steptrace2.py SET BATCH ROUNDS   (SMART= smart variant spec)"""
 import sys, os, numpy as np
 from specdec.app import harness
 from specdec.app.evaluation import load_eagle, smart_profile
